@@ -1,0 +1,111 @@
+"""Statistics for reporting results: seed mean/std and bootstrap intervals.
+
+Bootstrap intervals resample dev examples with replacement (percentile method).
+Metric functions marked with `@batched` take arrays of shape (R, n) and return
+(R,) values, so all resamples are scored in a few numpy calls instead of a Python
+loop; any other callable of (predictions, labels) -> float also works, slowly.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+MetricFn = Callable[[np.ndarray, np.ndarray], float]
+
+# Resample index matrices are built in chunks of about this many elements: it
+# bounds memory (QQP dev is 40k examples) and keeps the gathers cache-friendly,
+# which measured ~3x faster than one big (1000, n) matrix.
+_CHUNK_ELEMENTS = 1 << 18
+
+
+def batched(fn):
+  """Marks `fn` as scoring many resamples at once: (..., n) arrays -> (...) values."""
+  fn.batched = True
+  return fn
+
+
+def mean_std(values) -> tuple[float, float]:
+  """Mean and sample standard deviation (ddof=1; 0.0 for a single value)."""
+  v = np.asarray(values, dtype=np.float64).ravel()
+  if v.size == 0:
+    raise ValueError('mean_std needs at least one value')
+  std = float(np.std(v, ddof=1)) if v.size > 1 else 0.0
+  return float(np.mean(v)), std
+
+
+def _check(predictions, labels, num_resamples, confidence):
+  labels = np.asarray(labels)
+  if labels.ndim != 1 or labels.size == 0:
+    raise ValueError(f'labels must be a non-empty 1-D array, got shape {labels.shape}')
+  preds = []
+  for p in predictions:
+    p = np.asarray(p)
+    if p.shape != labels.shape:
+      raise ValueError(f'predictions shape {p.shape} != labels shape {labels.shape}')
+    preds.append(p)
+  if num_resamples < 1:
+    raise ValueError(f'num_resamples must be >= 1, got {num_resamples}')
+  if not 0.0 < confidence < 1.0:
+    raise ValueError(f'confidence must be in (0, 1), got {confidence}')
+  return preds, labels
+
+
+def _resampled_scores(metric_fn: MetricFn, preds: list[np.ndarray],
+                      labels: np.ndarray, num_resamples: int,
+                      seed: int) -> list[np.ndarray]:
+  """Scores of each prediction array on the same `num_resamples` resamples."""
+  n = labels.size
+  rng = np.random.default_rng(seed)
+  out = [np.empty(num_resamples) for _ in preds]
+  is_batched = getattr(metric_fn, 'batched', False)
+  chunk = max(1, _CHUNK_ELEMENTS // n)
+  for start in range(0, num_resamples, chunk):
+    stop = min(num_resamples, start + chunk)
+    idx = rng.integers(0, n, size=(stop - start, n))
+    lab = labels[idx]
+    for p, o in zip(preds, out):
+      pr = p[idx]
+      if is_batched:
+        o[start:stop] = metric_fn(pr, lab)
+      else:
+        o[start:stop] = [metric_fn(pr[r], lab[r]) for r in range(len(idx))]
+  return out
+
+
+def _interval(scores: np.ndarray, confidence: float) -> tuple[float, float]:
+  alpha = (1.0 - confidence) / 2.0
+  low, high = np.quantile(scores, [alpha, 1.0 - alpha])
+  return float(low), float(high)
+
+
+def bootstrap_ci(metric_fn: MetricFn, predictions, labels, *,
+                 num_resamples: int = 1000, confidence: float = 0.95,
+                 seed: int = 0) -> tuple[float, float]:
+  """Percentile bootstrap interval (low, high) of `metric_fn` over dev examples.
+
+  Deterministic for a given seed. Uses the same scale as `metric_fn` (fractions
+  for the metrics in sharedbert.metrics.glue).
+  """
+  (preds,), labels = _check([predictions], labels, num_resamples, confidence)
+  (scores,) = _resampled_scores(metric_fn, [preds], labels, num_resamples, seed)
+  return _interval(scores, confidence)
+
+
+def paired_bootstrap_diff(metric_fn: MetricFn, preds_a, preds_b, labels, *,
+                          num_resamples: int = 1000, confidence: float = 0.95,
+                          seed: int = 0) -> tuple[float, float, float]:
+  """Compares two systems on the same dev examples: (diff, low, high) of a - b.
+
+  Both systems are scored on identical resamples, so shared example difficulty
+  cancels out and the interval is much tighter than two independent intervals.
+  `diff` is the observed metric_fn(a) - metric_fn(b) on the full set (the point
+  estimate); (low, high) is the percentile interval of the resampled differences.
+  An interval excluding 0 means a is reliably better (or worse) on this dev set.
+  """
+  (a, b), labels = _check([preds_a, preds_b], labels, num_resamples, confidence)
+  diff = float(metric_fn(a, labels)) - float(metric_fn(b, labels))
+  sa, sb = _resampled_scores(metric_fn, [a, b], labels, num_resamples, seed)
+  low, high = _interval(sa - sb, confidence)
+  return diff, low, high
