@@ -1,0 +1,174 @@
+"""Building blocks for the experiment configs in `configs/`.
+
+Each file in `configs/` is a `get_config(arg)` that calls into this module, so every
+variant shares one recipe and differs only where it says so. `arg` is the text after the
+colon in `--config=configs/shared_base.py:tiny` and takes presets and `key=value` pairs,
+comma-separated (`size=tiny`, `tiny`, `size=small,corpus=demo`).
+
+The default is the BERT-base pretraining recipe of ../DESIGN.md (Courtois et al. 2024,
+arXiv 2406.06366, at sequence length 128): AdamW lr 1e-4, 10k warmup then linear decay,
+weight decay 0.01, betas (0.9, 0.999), eps 1e-12, dropout 0.1, 15% masking, batch 256.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from sharedbert.errors import UserError
+
+# Model sizes: (layers, width, heads, ffn, vocabulary).
+SIZES = {
+    # BERT-base (Devlin et al. 2018).
+    'base': dict(num_layers=12, hidden_size=768, num_heads=12, mlp_dim=3072, vocab_size=30522),
+    # A small model for one GPU or a long CPU study.
+    'small': dict(num_layers=4, hidden_size=256, num_heads=4, mlp_dim=1024, vocab_size=8192),
+    # Runs end to end on a 2-core CPU in a few minutes.
+    'tiny': dict(num_layers=2, hidden_size=128, num_heads=2, mlp_dim=512, vocab_size=4096),
+}
+
+# The tfds corpus of the base presets (English Wikipedia); prepare it with
+# `tfds build wikipedia/20230601.en --data_dir=...` on a machine with network access.
+DEFAULT_TFDS_CORPUS = 'tfds:wikipedia/20230601.en'
+
+# How each logical axis of a parameter or activation maps onto the mesh ('data', 'fsdp',
+# 'tensor'). Parameters are sharded over 'fsdp' along their embedding axis and over
+# 'tensor' along heads / mlp / vocab (Megatron style); the batch spans data and fsdp.
+DEFAULT_LOGICAL_AXIS_RULES = (
+    ('batch', ('data', 'fsdp')),
+    ('length', None),
+    ('vocab', 'tensor'),
+    ('embed', 'fsdp'),
+    ('heads', 'tensor'),
+    ('kv', None),
+    ('mlp', 'tensor'),
+    ('qkv', None),
+    ('layers', None),
+    ('atoms', None),
+)
+
+
+def parse_arg(arg: str | None, known: dict[str, object]) -> dict[str, object]:
+  """Parses 'tiny' or 'size=tiny,corpus=demo' into a dict, typed like `known`'s values."""
+  values = dict(known)
+  if not arg:
+    return values
+  for item in arg.split(','):
+    item = item.strip()
+    if not item:
+      continue
+    if '=' not in item:
+      # A bare word is the first preset key's value ('tiny' means 'size=tiny').
+      key, value = next(iter(known)), item
+    else:
+      key, value = (s.strip() for s in item.split('=', 1))
+    if key not in known:
+      raise UserError(f'unknown config argument {key!r} in {arg!r}; known: {", ".join(known)}')
+    default = known[key]
+    if isinstance(default, bool):
+      values[key] = value.lower() in ('1', 'true', 'yes')
+    elif isinstance(default, int):
+      values[key] = int(value)
+    elif isinstance(default, float):
+      values[key] = float(value)
+    else:
+      values[key] = value
+  return values
+
+
+def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
+  if size not in SIZES:
+    raise UserError(f'unknown model size {size!r}; choose one of {", ".join(SIZES)}')
+  m = ml_collections.ConfigDict()
+  m.attention = attention
+  m.update(SIZES[size])
+  m.max_position_embeddings = 512
+  m.type_vocab_size = 2
+  m.dropout_rate = 0.1
+  m.attention_dropout_rate = 0.1
+  m.initializer_range = 0.02
+  m.layer_norm_eps = 1e-12
+  m.pre_layer_norm = False       # BERT is post-LN; True puts LayerNorm before each sublayer.
+  m.dtype = 'float32'            # Compute dtype ('bfloat16' on accelerators).
+  m.param_dtype = 'float32'
+  m.remat = 'none'               # 'none' | 'full' | 'dots' (save only matmul outputs).
+  m.attention_impl = 'xla'       # 'xla' (einsum softmax) | 'fused' (jax.nn.dot_product_attention).
+  # Variant settings (ignored by variants that do not use them).
+  m.diag_init = 1.0              # shared: initial value of d_q, d_k, d_v.
+  m.qk_shared_fraction = 0.5     # partial_qk: fraction of each head's Q/K columns shared.
+  m.masa_atoms = 4               # masa: dictionary atoms per projection type.
+  m.masa_projections = 'qkvo'    # masa: which projection types use the dictionary.
+  return m
+
+
+def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.ConfigDict:
+  """The pretraining recipe for one attention variant; see the module docstring."""
+  args = parse_arg(arg, {'size': 'base', 'corpus': ''})
+  size = args['size']
+
+  config = ml_collections.ConfigDict()
+  config.mode = 'pretrain'
+  config.seed = 0
+  config.model = model_config(attention, size)
+
+  config.data = ml_collections.ConfigDict()
+  config.data.corpus = args['corpus'] or DEFAULT_TFDS_CORPUS
+  config.data.tfds_data_dir = ''      # '' means tfds' default (~/tensorflow_datasets).
+  config.data.tfds_text_key = 'text'
+  config.data.seq_len = 128
+  config.data.batch_size = 256        # Global batch, over all processes.
+  config.data.mask_rate = 0.15
+  config.data.max_predictions = 20    # Cap per sequence (BERT: 20 at length 128).
+  config.data.eval_fraction = 0.01    # Held-out share of the documents (local corpora).
+  config.data.vocab_train_sentences = 2_000_000  # Lines sentencepiece samples to learn the vocabulary.
+  config.data.vocab_model_type = 'unigram'
+
+  config.optim = ml_collections.ConfigDict()
+  config.optim.lr = 1e-4
+  config.optim.warmup_steps = 10_000
+  config.optim.weight_decay = 0.01
+  config.optim.b1 = 0.9
+  config.optim.b2 = 0.999
+  config.optim.eps = 1e-12
+  config.optim.grad_clip_norm = 1.0
+  config.optim.grad_accum_steps = 1   # Micro-batches per step, scanned inside the jitted step.
+  config.optim.max_skipped_steps = 10  # Consecutive non-finite steps before the run stops.
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.data = -1               # -1: all devices not used by the other axes.
+  config.mesh.fsdp = 1
+  config.mesh.tensor = 1
+  config.mesh.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
+
+  config.ckpt = ml_collections.ConfigDict()
+  config.ckpt.every_steps = 5_000
+  config.ckpt.max_to_keep = 3
+  config.ckpt.async_save = True
+
+  config.total_steps = 200_000
+  config.log_every_steps = 100
+  config.eval_every_steps = 5_000
+  config.eval_batches = 20            # Held-out batches per evaluation (0: all of them).
+  config.restart = False              # True: discard an incompatible checkpoint in the workdir.
+
+  if size == 'small':
+    config.data.corpus = args['corpus'] or 'demo'
+    config.data.batch_size = 64
+    config.optim.lr = 5e-4
+    config.optim.warmup_steps = 500
+    config.total_steps = 10_000
+    config.log_every_steps = 50
+    config.eval_every_steps = 1_000
+    config.ckpt.every_steps = 1_000
+  elif size == 'tiny':
+    config.data.corpus = args['corpus'] or 'demo'
+    config.data.batch_size = 32
+    config.data.vocab_train_sentences = 200_000
+    config.data.eval_fraction = 0.05
+    config.optim.lr = 1e-3
+    config.optim.warmup_steps = 50
+    config.total_steps = 300
+    config.log_every_steps = 20
+    config.eval_every_steps = 100
+    config.eval_batches = 10
+    config.ckpt.every_steps = 100
+  return config

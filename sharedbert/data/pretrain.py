@@ -1,0 +1,263 @@
+"""The pretraining input pipeline: documents -> token ids -> packed sequences -> masked batches.
+
+Packing (RoBERTa's FULL-SENTENCES, MLM only): documents are tokenized, each followed by
+[SEP], concatenated in order, and cut into rows of seq_len-1 tokens, each row prefixed
+with [CLS]; only the last row is padded. All segment ids are 0.
+
+Masking (BERT's `create_masked_lm_predictions`): of the non-special tokens of a row,
+round(mask_rate * n) are chosen (at least 1, at most `max_predictions`): 80% become
+[MASK], 10% a random token, 10% stay. Masking is dynamic (a row is masked afresh each
+epoch) and deterministic: the mask of a row depends only on (seed, epoch, row index).
+
+Batches are a pure function of the step: step s holds global rows s*B .. (s+1)*B-1 of a
+per-epoch permutation, and each process takes its contiguous slice of them. So the
+pipeline's position is the step, a resumed run sees exactly the batches it would have
+seen, and any process count yields the same global batch. Streamed (tfds) corpora keep the
+same contract within each process's shard and resume by replaying the stream.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from typing import Iterator
+
+import numpy as np
+
+from sharedbert.data import sources
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.data.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID
+from sharedbert.errors import UserError
+
+Batch = dict[str, np.ndarray]
+
+
+def pack(token_lists, seq_len: int) -> np.ndarray:
+  """Packs tokenized documents into [N, seq_len] int32 rows (see module docstring)."""
+  stream = np.fromiter(
+      itertools.chain.from_iterable(itertools.chain(ids, (SEP_ID,)) for ids in token_lists),
+      dtype=np.int32)
+  body = seq_len - 1
+  num_rows = -(-len(stream) // body)
+  padded = np.full(num_rows * body, PAD_ID, np.int32)
+  padded[:len(stream)] = stream
+  rows = padded.reshape(num_rows, body)
+  return np.concatenate([np.full((num_rows, 1), CLS_ID, np.int32), rows], axis=1)
+
+
+def mask_rows(rows: np.ndarray, keys: np.ndarray, *, seed: int, mask_rate: float,
+              max_predictions: int, vocab_size: int) -> Batch:
+  """Masks each row with its own RNG, keyed by (seed, *keys[i]); returns a model batch."""
+  b, t = rows.shape
+  input_ids = rows.copy()
+  positions = np.zeros((b, max_predictions), np.int32)
+  labels = np.zeros((b, max_predictions), np.int32)
+  weights = np.zeros((b, max_predictions), np.float32)
+  for i in range(b):
+    rng = np.random.default_rng([seed, *(int(k) for k in keys[i])])
+    candidates = np.flatnonzero(rows[i] >= NUM_SPECIAL)
+    if not len(candidates):
+      continue
+    n = min(max_predictions, max(1, int(round(len(candidates) * mask_rate))))
+    chosen = np.sort(rng.choice(candidates, size=n, replace=False))
+    positions[i, :n] = chosen
+    labels[i, :n] = rows[i, chosen]
+    weights[i, :n] = 1.0
+    action = rng.random(n)
+    replaced = np.where(action < 0.8, MASK_ID,
+                        np.where(action < 0.9, rng.integers(NUM_SPECIAL, vocab_size, n),
+                                 rows[i, chosen]))
+    input_ids[i, chosen] = replaced
+  return {
+      'input_ids': input_ids,
+      'segment_ids': np.zeros_like(rows),
+      'input_mask': (rows != PAD_ID).astype(np.int32),
+      'masked_positions': positions,
+      'masked_ids': labels,
+      'masked_weights': weights,
+  }
+
+
+class InMemoryData:
+  """Packed rows held in memory; batch(step) is exact and random-access."""
+
+  def __init__(self, rows: np.ndarray, *, global_batch: int, process_index: int,
+               process_count: int, seed: int, shuffle: bool, masking: dict):
+    if len(rows) < global_batch and shuffle:
+      # Still works (epochs wrap), but say how little data there is.
+      pass
+    self.rows = rows
+    self.global_batch = global_batch
+    self.local_batch = global_batch // process_count
+    self.process_index = process_index
+    self.seed = seed
+    self.shuffle = shuffle
+    self.masking = masking
+    self._perm_cache: dict[int, np.ndarray] = {}
+
+  @property
+  def num_rows(self) -> int:
+    return len(self.rows)
+
+  def _permutation(self, epoch: int) -> np.ndarray:
+    if not self.shuffle:
+      return np.arange(self.num_rows)
+    if epoch not in self._perm_cache:
+      self._perm_cache = {epoch: np.random.default_rng([self.seed, 7, epoch]).permutation(self.num_rows)}
+    return self._perm_cache[epoch]
+
+  def batch(self, step: int) -> Batch:
+    start = step * self.global_batch + self.process_index * self.local_batch
+    g = np.arange(start, start + self.local_batch)
+    epoch, within = g // self.num_rows, g % self.num_rows
+    idx = np.empty_like(g)
+    for e in np.unique(epoch):
+      sel = epoch == e
+      idx[sel] = self._permutation(int(e))[within[sel]]
+    keys = np.stack([epoch, idx], axis=1)
+    return mask_rows(self.rows[idx], keys, seed=self.seed, **self.masking)
+
+  def batches(self, start_step: int = 0) -> Iterator[Batch]:
+    for step in itertools.count(start_step):
+      yield self.batch(step)
+
+
+class StreamingData:
+  """Rows packed on the fly from a streamed (tfds) corpus, one shard per process.
+
+  Shuffles within a seeded buffer; resuming at step s replays the stream and skips the
+  rows already consumed, so it sees the same batches as an uninterrupted run.
+  """
+
+  def __init__(self, documents_fn, tokenizer, *, seq_len: int, global_batch: int,
+               process_count: int, process_index: int, seed: int, masking: dict,
+               shuffle_buffer: int = 10_000, chunk_docs: int = 1_000):
+    self.documents_fn = documents_fn
+    self.tokenizer = tokenizer
+    self.seq_len = seq_len
+    self.local_batch = global_batch // process_count
+    self.process_index = process_index
+    self.seed = seed
+    self.masking = masking
+    self.shuffle_buffer = shuffle_buffer
+    self.chunk_docs = chunk_docs
+
+  def _rows(self) -> Iterator[np.ndarray]:
+    for epoch in itertools.count():
+      docs = self.documents_fn()
+      any_rows = False
+      while chunk := list(itertools.islice(docs, self.chunk_docs)):
+        for row in pack(self.tokenizer.encode(chunk), self.seq_len):
+          any_rows = True
+          yield row
+      if not any_rows:
+        raise UserError('the tfds corpus yielded no text for this process')
+
+  def _shuffled(self) -> Iterator[np.ndarray]:
+    rng = np.random.default_rng([self.seed, 11, self.process_index])
+    buf = []
+    for row in self._rows():
+      if len(buf) < self.shuffle_buffer:
+        buf.append(row)
+        continue
+      j = rng.integers(len(buf))
+      yield buf[j]
+      buf[j] = row
+
+  def batches(self, start_step: int = 0) -> Iterator[Batch]:
+    rows = self._shuffled()
+    for _ in range(start_step * self.local_batch):
+      next(rows)
+    for step in itertools.count(start_step):
+      block = np.stack([next(rows) for _ in range(self.local_batch)])
+      n = np.arange(step * self.local_batch, (step + 1) * self.local_batch)
+      keys = np.stack([np.full_like(n, self.process_index), n], axis=1)
+      yield mask_rows(block, keys, seed=self.seed, **self.masking)
+
+
+def prefetch(iterator: Iterator[Batch], size: int = 2) -> Iterator[Batch]:
+  """Produces batches on a background thread so the accelerator never waits on numpy."""
+  q: queue.Queue = queue.Queue(maxsize=size)
+  done = object()
+
+  def work():
+    try:
+      for item in iterator:
+        q.put(item)
+    except BaseException as e:  # Re-raised in the consumer.
+      q.put(e)
+    q.put(done)
+
+  threading.Thread(target=work, daemon=True).start()
+  while (item := q.get()) is not done:
+    if isinstance(item, BaseException):
+      raise item
+    yield item
+
+
+class PretrainData:
+  """Tokenizer plus train and held-out data for one process, built from `config.data`."""
+
+  def __init__(self, config, vocab_path: str, *, process_index: int = 0, process_count: int = 1,
+               is_vocab_writer: bool = True, wait_for_vocab=lambda: None):
+    d = config.data
+    if d.batch_size % process_count:
+      raise UserError(f'data.batch_size={d.batch_size} is not divisible by the number of '
+                      f'processes ({process_count})')
+    self.config = config
+    streaming = sources.is_tfds(d.corpus)
+    docs = None
+    if not streaming:
+      docs = sources.in_memory_documents(d.corpus)
+      train_docs = sources.split_documents(docs, 'train', d.eval_fraction)
+      eval_docs = sources.split_documents(docs, 'eval', d.eval_fraction)
+    else:
+      sources.tfds_builder(d.corpus, d.tfds_data_dir)  # Fails early if not prepared.
+
+    def tfds_docs(split, index=process_index, count=process_count):
+      return sources.tfds_documents(
+          d.corpus, split, data_dir=d.tfds_data_dir, text_key=d.tfds_text_key,
+          eval_fraction=d.eval_fraction, process_index=index, process_count=count)
+
+    self.tokenizer = self._load_or_train_vocab(
+        vocab_path, lambda: train_docs if docs is not None else tfds_docs('train', 0, 1),
+        is_vocab_writer, wait_for_vocab)
+    if self.tokenizer.vocab_size > config.model.vocab_size:
+      raise UserError(f'the vocabulary at {vocab_path} has {self.tokenizer.vocab_size} pieces '
+                      f'but model.vocab_size is {config.model.vocab_size}')
+    masking = dict(mask_rate=d.mask_rate, max_predictions=d.max_predictions,
+                   vocab_size=self.tokenizer.vocab_size)
+    common = dict(global_batch=d.batch_size, process_index=process_index,
+                  process_count=process_count, masking=masking)
+    if streaming:
+      self.train = StreamingData(lambda: tfds_docs('train'), self.tokenizer, seq_len=d.seq_len,
+                                 seed=config.seed, **common)
+      eval_stream = StreamingData(lambda: tfds_docs('eval'), self.tokenizer, seq_len=d.seq_len,
+                                  seed=config.seed + 1, shuffle_buffer=1, **common)
+      n = max(config.eval_batches, 1)
+      self.eval_batches = list(itertools.islice(eval_stream.batches(), n))
+    else:
+      train_rows = pack(self.tokenizer.encode(train_docs), d.seq_len)
+      eval_rows = pack(self.tokenizer.encode(eval_docs), d.seq_len)
+      self.train = InMemoryData(train_rows, seed=config.seed, shuffle=True, **common)
+      evaluation = InMemoryData(eval_rows, seed=config.seed + 1, shuffle=False, **common)
+      n = max(1, len(eval_rows) // d.batch_size)
+      if config.eval_batches:
+        n = min(n, config.eval_batches)
+      # Fixed held-out batches (same masks at every evaluation, so figures compare).
+      self.eval_batches = [evaluation.batch(i) for i in range(n)]
+      self.num_train_rows = len(train_rows)
+
+  def _load_or_train_vocab(self, path, documents_fn, is_writer, wait):
+    """Reuses WORKDIR/vocab.model, or learns it from the training documents (process 0)."""
+    import tensorflow as tf
+    d = self.config.data
+    if not tf.io.gfile.exists(path):
+      if is_writer:
+        tok = tokenizer_lib.train(
+            documents_fn(), self.config.model.vocab_size, model_type=d.vocab_model_type,
+            max_sentences=d.vocab_train_sentences)
+        tokenizer_lib.save(tok, path)
+      wait()
+    return tokenizer_lib.load(path)

@@ -1,0 +1,146 @@
+"""Text sources for pretraining: `config.data.corpus` names one of
+
+  demo                 the embedded corpus (`demo_corpus`: standard-library docstrings);
+  a local path         a .txt file, or a directory searched recursively for .txt files;
+                       documents are separated by blank lines;
+  tfds:NAME[/CONFIG]   a tensorflow-datasets text dataset (e.g. tfds:wikipedia/20230601.en)
+                       read from `config.data.tfds_data_dir`; the text field is
+                       `config.data.tfds_text_key`.
+
+Local corpora are small enough to hold in memory and are split into train and held-out
+documents by a fixed hash of each document's index. tfds corpora are streamed, each process
+reading its own shard (`tfds.split_for_jax_process`).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+from absl import logging
+from typing import Iterator
+
+from sharedbert.data import demo_corpus
+from sharedbert.errors import UserError
+
+
+def is_tfds(corpus: str) -> bool:
+  return corpus.startswith('tfds:')
+
+
+def _text_files(path: str) -> list[str]:
+  if os.path.isfile(path):
+    return [path]
+  if os.path.isdir(path):
+    files = []
+    for dirpath, dirnames, filenames in os.walk(path):
+      dirnames.sort()
+      files += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith('.txt')]
+    if not files:
+      raise UserError(f'corpus directory {path} has no .txt files; point config.data.corpus '
+                      'at a .txt file or a directory of them')
+    return files
+  raise UserError(f'corpus path {path} does not exist; set config.data.corpus to demo, '
+                  'a .txt file or directory, or tfds:NAME')
+
+
+def _read_text(path: str) -> str:
+  with open(path, 'rb') as f:
+    raw = f.read()
+  if b'\0' in raw[:65536]:
+    raise UserError(f'corpus file {path} is not text (it contains NUL bytes)')
+  try:
+    return raw.decode('utf-8-sig')
+  except UnicodeDecodeError as e:
+    # Real corpora mix in a few Latin-1/cp1252 bytes; read those files as cp1252 rather
+    # than refuse a whole corpus, and say so.
+    logging.warning('corpus file %s is not valid UTF-8 (byte %d); reading it as cp1252',
+                    path, e.start)
+    return raw.decode('cp1252', errors='replace')
+
+
+def local_documents(path: str) -> list[str]:
+  """All documents of a local corpus: paragraphs separated by blank lines."""
+  docs = []
+  for file in _text_files(path):
+    text = _read_text(file).replace('\r\n', '\n').replace('\r', '\n')
+    for para in text.split('\n\n'):
+      para = ' '.join(para.split())
+      if para:
+        docs.append(para)
+  if not docs:
+    raise UserError(f'corpus {path} is empty: no text found')
+  return docs
+
+
+def in_memory_documents(corpus: str) -> list[str]:
+  if corpus == 'demo':
+    return demo_corpus.documents()
+  return local_documents(os.path.expanduser(corpus))
+
+
+def is_heldout(index: int, eval_fraction: float) -> bool:
+  """A fixed pseudo-random choice of held-out documents, the same on every process."""
+  return zlib.crc32(index.to_bytes(8, 'little')) / 2**32 < eval_fraction
+
+
+def split_documents(docs: list[str], split: str, eval_fraction: float) -> list[str]:
+  keep_heldout = split == 'eval'
+  out = [d for i, d in enumerate(docs) if is_heldout(i, eval_fraction) == keep_heldout]
+  if not out:
+    raise UserError(f'corpus has no {split} documents (only {len(docs)} documents in all; '
+                    'config.data.eval_fraction may be 0 or 1, or the corpus is too small)')
+  return out
+
+
+def _tfds_name(corpus: str) -> str:
+  name = corpus[len('tfds:'):]
+  if not name:
+    raise UserError("config.data.corpus 'tfds:' needs a dataset name, e.g. tfds:wikipedia/20230601.en")
+  return name
+
+
+def tfds_builder(corpus: str, data_dir: str | None):
+  """The prepared tfds builder for `corpus`, or a UserError saying how to prepare it."""
+  import tensorflow_datasets as tfds
+  name = _tfds_name(corpus)
+  try:
+    builder = tfds.builder(name, data_dir=data_dir or None)
+  except Exception as e:  # tfds raises several types for unknown names/configs.
+    raise UserError(f'tfds dataset {name!r} is unknown to tensorflow-datasets: {e}'.split('\n')[0]) from e
+  if not builder.is_prepared():
+    raise UserError(
+        f'tfds dataset {name!r} is not prepared in {builder.data_dir_root}; this machine '
+        f'cannot download it. Prepare it where there is network access '
+        f'(tfds build {name} --data_dir=DIR) and set config.data.tfds_data_dir=DIR')
+  return builder
+
+
+def tfds_documents(corpus: str, split: str, *, data_dir: str | None, text_key: str,
+                   eval_fraction: float, process_index: int = 0,
+                   process_count: int = 1) -> Iterator[str]:
+  """Streams documents of one process's shard of a tfds corpus, in a fixed order."""
+  import tensorflow_datasets as tfds
+  builder = tfds_builder(corpus, data_dir)
+  splits = builder.info.splits
+  if split == 'eval':
+    tfds_split = next((s for s in ('validation', 'test') if s in splits), None)
+    if tfds_split is None:
+      pct = max(1, round(100 * eval_fraction))
+      tfds_split = f'train[:{pct}%]'
+  else:
+    has_eval = any(s in splits for s in ('validation', 'test'))
+    tfds_split = 'train' if has_eval else f'train[{max(1, round(100 * eval_fraction))}%:]'
+  shard = tfds.split_for_jax_process(tfds_split, process_index=process_index,
+                                     process_count=process_count)
+  ds = builder.as_dataset(split=shard, shuffle_files=False)
+  for example in tfds.as_numpy(ds):
+    if text_key not in example:
+      raise UserError(f'tfds dataset {builder.name} has no field {text_key!r} '
+                      f'(config.data.tfds_text_key); fields: {sorted(example)}')
+    text = example[text_key]
+    text = text.decode('utf-8') if isinstance(text, bytes) else str(text)
+    for para in text.split('\n\n'):
+      para = ' '.join(para.split())
+      if para:
+        yield para

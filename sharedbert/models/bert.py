@@ -1,0 +1,266 @@
+"""BERT encoder, masked-LM head and classification head (Flax Linen).
+
+Parameter names follow Hugging Face's `BertModel` closely so that checkpoints convert
+one-to-one (`sharedbert/convert_hf.py`). Every parameter carries logical axis names from
+one vocabulary (vocab, embed, heads, kv, mlp, qkv, layers, atoms); `sharedbert.sharding`
+maps them onto the device mesh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from sharedbert.errors import UserError
+from sharedbert.models import attention as attention_lib
+from sharedbert.models.attention import kernel_init, zeros_init
+
+Dtype = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The model's hyperparameters; built from `config.model` by `from_config`."""
+  attention: str = 'standard'
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  mlp_dim: int = 3072
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  initializer_range: float = 0.02
+  layer_norm_eps: float = 1e-12
+  pre_layer_norm: bool = False
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  remat: str = 'none'
+  attention_impl: str = 'xla'
+  diag_init: float = 1.0
+  qk_shared_fraction: float = 0.5
+  masa_atoms: int = 4
+  masa_projections: str = 'qkvo'
+
+  @classmethod
+  def from_config(cls, model_cfg) -> 'ModelConfig':
+    values = dict(model_cfg)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+      raise UserError(f'unknown model config keys: {sorted(unknown)}')
+    for key in ('dtype', 'param_dtype'):
+      if key in values:
+        values[key] = _dtype(values[key])
+    cfg = cls(**values)
+    cfg.validate()
+    return cfg
+
+  def validate(self):
+    if self.attention not in attention_lib.VARIANTS:
+      raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
+                      f'choose one of: {", ".join(sorted(attention_lib.VARIANTS))}')
+    if self.hidden_size % self.num_heads:
+      raise UserError(f'model.hidden_size={self.hidden_size} is not divisible by '
+                      f'model.num_heads={self.num_heads}')
+    if self.remat not in ('none', 'full', 'dots'):
+      raise UserError(f"model.remat must be 'none', 'full' or 'dots', not {self.remat!r}")
+    if self.attention_impl not in ('xla', 'fused'):
+      raise UserError(f"model.attention_impl must be 'xla' or 'fused', not {self.attention_impl!r}")
+
+  def to_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    d['dtype'] = jnp.dtype(self.dtype).name
+    d['param_dtype'] = jnp.dtype(self.param_dtype).name
+    return d
+
+
+def _dtype(name):
+  try:
+    return jnp.dtype(name)
+  except TypeError as e:
+    raise UserError(f'unknown dtype {name!r} in config.model; use float32 or bfloat16') from e
+
+
+def layer_norm(cfg: ModelConfig, name: str):
+  return nn.LayerNorm(
+      epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+      scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ('embed',)),
+      bias_init=zeros_init(('embed',)), name=name)
+
+
+def dense(cfg: ModelConfig, features: int, names: tuple[str, str], name: str):
+  return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                  kernel_init=kernel_init(cfg.initializer_range, names),
+                  bias_init=zeros_init(names[1:]), name=name)
+
+
+class Embeddings(nn.Module):
+  """Token + position + segment embeddings, then LayerNorm and dropout."""
+  config: ModelConfig
+
+  def setup(self):
+    c = self.config
+    def embed(num, name):
+      return nn.Embed(num, c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
+                      embedding_init=kernel_init(c.initializer_range,
+                                                 ('vocab' if name == 'word_embeddings' else None,
+                                                  'embed')),
+                      name=name)
+    self.word_embeddings = embed(c.vocab_size, 'word_embeddings')
+    self.position_embeddings = embed(c.max_position_embeddings, 'position_embeddings')
+    self.token_type_embeddings = embed(c.type_vocab_size, 'token_type_embeddings')
+    self.LayerNorm = layer_norm(c, 'LayerNorm')
+    self.dropout = nn.Dropout(c.dropout_rate)
+
+  def __call__(self, input_ids, segment_ids, *, deterministic: bool):
+    positions = jnp.arange(input_ids.shape[1])[None, :]
+    x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+         + self.token_type_embeddings(segment_ids))
+    return self.dropout(self.LayerNorm(x), deterministic=deterministic)
+
+  def attend(self, x):
+    """The tied output projection: x [..., D] -> logits [..., V]."""
+    return self.word_embeddings.attend(x)
+
+
+class FeedForward(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.config
+    h = dense(c, c.mlp_dim, ('embed', 'mlp'), 'intermediate')(x)
+    h = nn.gelu(h, approximate=False)  # BERT's exact (erf) GELU.
+    h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
+    return dense(c, c.hidden_size, ('mlp', 'embed'), 'output')(h)
+
+
+class EncoderLayer(nn.Module):
+  """Attention and FFN sublayers with residuals; post-LN as BERT, or pre-LN."""
+  config: ModelConfig
+  layer_index: int = 0
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic: bool, shared: Any = None):
+    c = self.config
+    attn = attention_lib.VARIANTS[c.attention](c, self.layer_index, name='attention')
+    ffn = FeedForward(c, name='mlp')
+    drop = nn.Dropout(c.dropout_rate)
+    kwargs = {} if shared is None else {'shared': shared}
+    if c.pre_layer_norm:
+      x = x + drop(attn(layer_norm(c, 'attention_norm')(x), mask, deterministic=deterministic,
+                        **kwargs), deterministic=deterministic)
+      x = x + drop(ffn(layer_norm(c, 'output_norm')(x)), deterministic=deterministic)
+    else:
+      x = layer_norm(c, 'attention_norm')(
+          x + drop(attn(x, mask, deterministic=deterministic, **kwargs),
+                   deterministic=deterministic))
+      x = layer_norm(c, 'output_norm')(x + drop(ffn(x), deterministic=deterministic))
+    return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
+
+
+_REMAT_POLICIES = {
+    'full': None,  # Recompute everything in the backward pass.
+    'dots': jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+class BertEncoder(nn.Module):
+  """Embeddings, L encoder layers and the [CLS] pooler (Hugging Face's `BertModel`)."""
+  config: ModelConfig
+
+  def setup(self):
+    c = self.config
+    self.embeddings = Embeddings(c)
+    layer_cls = EncoderLayer
+    if c.remat != 'none':
+      layer_cls = nn.remat(EncoderLayer, policy=_REMAT_POLICIES[c.remat],
+                           static_argnums=(3,))
+    # Cross-layer parameters (MASA's dictionary) belong to the encoder and are handed to
+    # every layer; a variant that needs them registers a `shared_params` factory.
+    factory = getattr(attention_lib.VARIANTS[c.attention], 'shared_params', None)
+    self.shared = factory(c, name='shared_attention') if factory else None
+    self.layers = [layer_cls(c, i, name=f'layer_{i}') for i in range(c.num_layers)]
+    if c.pre_layer_norm:
+      self.final_norm = layer_norm(c, 'final_norm')
+    self.pooler = dense(c, c.hidden_size, ('embed', None), 'pooler')
+
+  def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True,
+               return_hidden_states: bool = False):
+    """input_mask: [B,T], 1 for real tokens and 0 for padding."""
+    x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
+    x = nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
+    mask = input_mask.astype(bool)[:, None, None, :]
+    shared = self.shared() if self.shared is not None else None
+    hidden_states = [x]
+    for layer in self.layers:
+      x = layer(x, mask, deterministic, shared)
+      hidden_states.append(x)
+    if self.config.pre_layer_norm:
+      x = self.final_norm(x)
+      hidden_states[-1] = x
+    pooled = jnp.tanh(self.pooler(x[:, 0]))
+    out = {'sequence_output': x, 'pooled_output': pooled}
+    if return_hidden_states:
+      out['hidden_states'] = tuple(hidden_states)
+    return out
+
+  def attend(self, x):
+    return self.embeddings.attend(x)
+
+
+def gather_positions(x, positions):
+  """x [B,T,D], positions [B,P] -> [B,P,D] (BERT's `gather_indexes`)."""
+  return jnp.take_along_axis(x, positions[..., None], axis=1)
+
+
+class MLMHead(nn.Module):
+  """Transform (dense, GELU, LayerNorm), then the tied vocabulary projection plus a bias."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, h, attend):
+    c = self.config
+    h = dense(c, c.hidden_size, ('embed', None), 'transform')(h)
+    h = nn.gelu(h, approximate=False)
+    h = layer_norm(c, 'transform_norm')(h)
+    bias = self.param('output_bias', zeros_init(('vocab',)), (c.vocab_size,), c.param_dtype)
+    return attend(h).astype(jnp.float32) + bias
+
+
+class BertForPretraining(nn.Module):
+  """Masked-LM pretraining: logits only at the masked positions."""
+  config: ModelConfig
+
+  def setup(self):
+    self.bert = BertEncoder(self.config)
+    self.mlm_head = MLMHead(self.config)
+
+  def __call__(self, input_ids, segment_ids, input_mask, masked_positions, *,
+               deterministic: bool = True, return_hidden_states: bool = False):
+    out = self.bert(input_ids, segment_ids, input_mask, deterministic=deterministic,
+                    return_hidden_states=return_hidden_states)
+    # Gather first: the vocabulary projection runs on B*P rows, not B*T.
+    h = gather_positions(out['sequence_output'], masked_positions)
+    out['mlm_logits'] = self.mlm_head(h, self.bert.attend)
+    return out
+
+
+class BertForSequenceClassification(nn.Module):
+  """GLUE head on the pooled [CLS] output: dropout, then a dense layer (1 unit: regression)."""
+  config: ModelConfig
+  num_labels: int
+
+  @nn.compact
+  def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True):
+    out = BertEncoder(self.config, name='bert')(input_ids, segment_ids, input_mask,
+                                                 deterministic=deterministic)
+    h = nn.Dropout(self.config.dropout_rate)(out['pooled_output'], deterministic=deterministic)
+    return dense(self.config, self.num_labels, ('embed', None), 'classifier')(h).astype(
+        jnp.float32)

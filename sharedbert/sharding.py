@@ -1,0 +1,79 @@
+"""The device mesh and the placement of parameters, optimizer state and batches on it.
+
+Mesh axes: 'data' (pure data parallelism), 'fsdp' (data parallelism with parameters and
+optimizer state sharded along their embedding axis) and 'tensor' (Megatron-style splitting
+of heads, FFN and vocabulary). Modules annotate every parameter with logical axis names;
+`config.mesh.logical_axis_rules` maps those names to mesh axes. Sizes come from
+`config.mesh.{data,fsdp,tensor}`, one of which may be -1 (fill in the remaining devices).
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from sharedbert.errors import UserError
+
+MESH_AXES = ('data', 'fsdp', 'tensor')
+BATCH_AXES = ('data', 'fsdp')
+
+
+def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
+  sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
+  if sizes.count(-1) > 1:
+    raise UserError('at most one of mesh.data, mesh.fsdp, mesh.tensor may be -1')
+  if any(s == 0 or s < -1 for s in sizes):
+    raise UserError(f'mesh sizes must be positive or -1, got {dict(zip(MESH_AXES, sizes))}')
+  known = math.prod(s for s in sizes if s != -1)
+  if -1 in sizes:
+    if num_devices % known:
+      raise UserError(f'mesh {dict(zip(MESH_AXES, sizes))} does not divide the {num_devices} '
+                      'devices; choose sizes whose product divides the device count')
+    sizes[sizes.index(-1)] = num_devices // known
+  if math.prod(sizes) != num_devices:
+    raise UserError(f'mesh {dict(zip(MESH_AXES, sizes))} has {math.prod(sizes)} devices but '
+                    f'{num_devices} are available; make mesh.data*mesh.fsdp*mesh.tensor equal '
+                    f'{num_devices} (or set one of them to -1)')
+  return tuple(sizes)
+
+
+def make_mesh(mesh_cfg, devices=None) -> jax.sharding.Mesh:
+  devices = jax.devices() if devices is None else devices
+  shape = mesh_shape(mesh_cfg, len(devices))
+  # Auto axes: the partitioner propagates shardings from the annotated inputs and the
+  # logical constraints inside the model.
+  return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3,
+                       devices=devices)
+
+
+def rules(config) -> tuple:
+  return tuple((name, tuple(axes) if isinstance(axes, list) else axes)
+               for name, axes in config.mesh.logical_axis_rules)
+
+
+def logical_shardings(abstract_tree, mesh, axis_rules):
+  """NamedShardings for a tree of (possibly boxed) abstract values, from their axis names."""
+  specs = nn.get_partition_spec(abstract_tree)
+  return nn.logical_to_mesh_sharding(specs, mesh, axis_rules)
+
+
+def batch_sharding(mesh) -> NamedSharding:
+  return NamedSharding(mesh, P(BATCH_AXES))
+
+
+def replicated(mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def data_parallel_size(mesh) -> int:
+  return mesh.shape['data'] * mesh.shape['fsdp']
+
+
+def global_batch(local_batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
+  """Assembles each process's rows into one global array sharded over the batch axes."""
+  sharding = batch_sharding(mesh)
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}

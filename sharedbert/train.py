@@ -1,0 +1,437 @@
+"""Masked-LM pretraining: `train_and_evaluate(config, workdir)`.
+
+Importable from a notebook. The flow is: config -> mesh -> input pipeline (vocabulary
+learned or reused) -> model and optimizer state placed on the mesh by logical axis rules
+-> restore the latest checkpoint if there is one -> the jitted step, compiled once ->
+metrics, held-out evaluations and checkpoints in the workdir.
+
+WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoints/<step>/.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import time
+from typing import Any
+
+from absl import logging
+import flax.linen as nn
+from flax import struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tensorflow as tf
+
+from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import sharding
+from sharedbert.data.pretrain import PretrainData, prefetch
+from sharedbert.errors import UserError
+from sharedbert.metric_writer import MetricWriter
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+
+# The names of parameters that are exempt from weight decay: biases, LayerNorm, and the
+# per-layer scalars and diagonals of the shared-weight variants.
+NO_DECAY_NAMES = ('bias', 'scale', 'output_bias', 'diag', 'coefficients')
+
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: the scheduler may restart the same command.
+
+
+class Preempted(Exception):
+  """Raised after the checkpoint at a preemption has been saved."""
+
+
+class TrainState(struct.PyTreeNode):
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  skipped: jax.Array          # Consecutive non-finite steps (reset by a good one).
+  skipped_total: jax.Array    # All non-finite steps of the run.
+
+
+def validate(config):
+  if config.total_steps <= 0:
+    raise UserError(f'total_steps must be positive, got {config.total_steps}')
+  for key in ('log_every_steps', 'eval_every_steps'):
+    if config[key] <= 0:
+      raise UserError(f'{key} must be positive, got {config[key]}')
+  if config.ckpt.every_steps <= 0:
+    raise UserError(f'ckpt.every_steps must be positive, got {config.ckpt.every_steps}')
+  d = config.data
+  if not 0.0 < d.mask_rate < 1.0:
+    raise UserError(f'data.mask_rate must be in (0, 1), got {d.mask_rate}')
+  if d.seq_len > config.model.max_position_embeddings:
+    raise UserError(f'data.seq_len={d.seq_len} exceeds model.max_position_embeddings='
+                    f'{config.model.max_position_embeddings}')
+  if d.batch_size % config.optim.grad_accum_steps:
+    raise UserError(f'data.batch_size={d.batch_size} is not divisible by '
+                    f'optim.grad_accum_steps={config.optim.grad_accum_steps}')
+  ModelConfig.from_config(config.model)
+
+
+# ---------------------------------------------------------------------------------------
+# Model, optimizer, state.
+
+def learning_rate_schedule(optim, total_steps: int):
+  """Linear warmup to optim.lr, then linear decay to 0 at total_steps (BERT)."""
+  warmup = min(int(optim.warmup_steps), total_steps)
+  return optax.join_schedules([
+      optax.linear_schedule(0.0, optim.lr, max(warmup, 1)),
+      optax.linear_schedule(optim.lr, 0.0, max(total_steps - warmup, 1)),
+  ], [warmup])
+
+
+def decay_mask(params):
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_NAMES, params)
+
+
+def make_optimizer(optim, total_steps: int):
+  schedule = learning_rate_schedule(optim, total_steps)
+  tx = optax.chain(
+      optax.clip_by_global_norm(optim.grad_clip_norm),
+      optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
+                  weight_decay=optim.weight_decay, mask=decay_mask))
+  return tx, schedule
+
+
+def dummy_inputs(batch: int, seq_len: int, max_predictions: int):
+  z = jnp.zeros((batch, seq_len), jnp.int32)
+  return z, z, jnp.ones_like(z), jnp.zeros((batch, max_predictions), jnp.int32)
+
+
+def init_params(model: nn.Module, rng, seq_len: int = 8, max_predictions: int = 2):
+  """Boxed (logically annotated) parameters."""
+  return model.init({'params': rng}, *dummy_inputs(1, seq_len, max_predictions))['params']
+
+
+def create_train_state(model, tx, rng, mesh, axis_rules, seq_len, max_predictions):
+  """Initializes the state directly in its sharded layout; returns (state, shardings)."""
+  def init_boxed(rng):
+    params = init_params(model, rng, seq_len, max_predictions)
+    zero = jnp.zeros((), jnp.int32)
+    return TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
+                      skipped_total=zero)
+
+  with nn.logical_axis_rules(axis_rules):
+    abstract = jax.eval_shape(init_boxed, rng)
+    shardings = sharding.logical_shardings(abstract, mesh, axis_rules)
+  init = jax.jit(lambda r: nn.unbox(init_boxed(r)), out_shardings=shardings)
+  return init(rng), shardings
+
+
+def abstract_state(state_shardings, model, tx, seq_len, max_predictions):
+  """ShapeDtypeStructs with shardings: the restore target for a checkpoint."""
+  def init(rng):
+    params = nn.unbox(init_params(model, rng, seq_len, max_predictions))
+    zero = jnp.zeros((), jnp.int32)
+    return TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
+                      skipped_total=zero)
+  shapes = jax.eval_shape(init, jax.random.key(0))
+  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                      shapes, state_shardings)
+
+
+# ---------------------------------------------------------------------------------------
+# The step.
+
+def mlm_loss(model, params, batch, rng, deterministic):
+  """Sum of masked-token cross-entropies, number of masked tokens, number correct."""
+  out = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                    batch['input_mask'], batch['masked_positions'],
+                    deterministic=deterministic,
+                    rngs={'dropout': rng} if rng is not None else None)
+  logits = out['mlm_logits']  # [B, P, V] float32
+  weights = batch['masked_weights']
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch['masked_ids'])
+  correct = (jnp.argmax(logits, -1) == batch['masked_ids']) * weights
+  return jnp.sum(ce * weights), (jnp.sum(weights), jnp.sum(correct))
+
+
+def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum_steps: int):
+  """One optimizer step over the global batch, optionally in `accum_steps` micro-batches.
+
+  The loss is the mean over all masked tokens of the global batch, so k accumulated
+  micro-batches give the same update as one batch k times larger. A step whose loss or
+  gradient is not finite is skipped (parameters and optimizer state kept) and counted.
+  """
+  rng = jax.random.fold_in(base_rng, state.step)
+
+  def loss_and_grads(params, mb, rng):
+    (loss_sum, (weight, correct)), grads = jax.value_and_grad(
+        functools.partial(mlm_loss, model), has_aux=True)(params, mb, rng, False)
+    return loss_sum, weight, correct, grads
+
+  if accum_steps == 1:
+    loss_sum, weight, correct, grads = loss_and_grads(state.params, batch, rng)
+  else:
+    # Micro-batch i takes rows i, i+k, i+2k, ...: each spans every data-parallel device.
+    micro = jax.tree.map(
+        lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum_steps, accum_steps,
+                                         *x.shape[1:]), 0, 1), batch)
+
+    def body(carry, inputs):
+      mb, i = inputs
+      out = loss_and_grads(state.params, mb, jax.random.fold_in(rng, i))
+      return jax.tree.map(jnp.add, carry, out), None
+
+    zeros = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()),
+             jax.tree.map(jnp.zeros_like, state.params))
+    (loss_sum, weight, correct, grads), _ = jax.lax.scan(
+        body, zeros, (micro, jnp.arange(accum_steps)))
+
+  denom = jnp.maximum(weight, 1.0)
+  grads = jax.tree.map(lambda g: g / denom, grads)
+  loss = loss_sum / denom
+  grad_norm = optax.global_norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
+  new_params = optax.apply_updates(state.params, updates)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  new_state = TrainState(
+      step=state.step + 1,
+      params=keep(new_params, state.params),
+      opt_state=keep(new_opt_state, state.opt_state),
+      skipped=jnp.where(finite, 0, state.skipped + 1),
+      skipped_total=state.skipped_total + (~finite).astype(jnp.int32))
+  metrics = {
+      'loss': loss, 'mlm_accuracy': correct / denom, 'grad_norm': grad_norm,
+      'learning_rate': schedule(state.step), 'skipped': (~finite).astype(jnp.float32),
+  }
+  return new_state, metrics
+
+
+def eval_step(params, batch, *, model):
+  loss_sum, (weight, correct) = mlm_loss(model, params, batch, None, True)
+  return {'loss_sum': loss_sum, 'weight': weight, 'correct': correct}
+
+
+# ---------------------------------------------------------------------------------------
+# The loop.
+
+class _SignalFlag:
+  """Remembers a SIGTERM so that the loop can save and exit at a step boundary."""
+
+  def __init__(self):
+    self.raised = False
+    self._previous = None
+
+  def __enter__(self):
+    try:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    except ValueError:  # Not the main thread (e.g. some notebook runners): no handler.
+      self._previous = None
+    return self
+
+  def _handle(self, signum, frame):
+    logging.warning('SIGTERM received: saving a checkpoint at the end of this step')
+    self.raised = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+def _mean_metrics(history: list[dict]) -> dict:
+  stacked = jax.device_get(history)
+  return {k: float(np.mean([h[k] for h in stacked])) for k in stacked[0]}
+
+
+def evaluate(eval_fn, params, batches, mesh) -> dict:
+  sums = {'loss_sum': 0.0, 'weight': 0.0, 'correct': 0.0}
+  for b in batches:
+    out = jax.device_get(eval_fn(params, sharding.global_batch(b, mesh)))
+    for k in sums:
+      sums[k] += float(out[k])
+  w = max(sums['weight'], 1.0)
+  return {'eval_loss': sums['loss_sum'] / w, 'eval_mlm_accuracy': sums['correct'] / w}
+
+
+def write_config(config, workdir):
+  with tf.io.gfile.GFile(os.path.join(workdir, 'config.json'), 'w') as f:
+    f.write(config.to_json_best_effort(indent=2, sort_keys=True) + '\n')
+
+
+def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
+  saved = meta.get('model', {})
+  current = model_cfg.to_dict()
+  # Settings that change the parameter tree (or its meaning) must match to resume.
+  keys = ('attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
+          'max_position_embeddings', 'type_vocab_size', 'pre_layer_norm', 'masa_atoms',
+          'masa_projections', 'qk_shared_fraction')
+  diffs = [f'{k}: checkpoint {saved.get(k)!r} vs config {current.get(k)!r}'
+           for k in keys if k in saved and saved.get(k) != current.get(k)]
+  if diffs:
+    raise UserError(f'the checkpoint in {workdir} is of another model ({"; ".join(diffs)}); '
+                    'use another --workdir, or pass --config.restart=True to set the old '
+                    'checkpoints aside and start over')
+
+
+def _set_aside_checkpoints(workdir: str):
+  src = checkpoint_lib.checkpoint_dir(workdir)
+  if tf.io.gfile.exists(src):
+    dst = f'{src}.old-{time.strftime("%Y%m%d-%H%M%S")}'
+    tf.io.gfile.rename(src, dst)
+    logging.warning('config.restart: moved the old checkpoints to %s', dst)
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Pretrains per `config`, writing everything under `workdir`; returns the last metrics."""
+  validate(config)
+  workdir = os.fspath(workdir)
+  is_chief = jax.process_index() == 0
+  mesh = sharding.make_mesh(config.mesh)
+  axis_rules = sharding.rules(config)
+  if config.data.batch_size % sharding.data_parallel_size(mesh):
+    raise UserError(f'data.batch_size={config.data.batch_size} is not divisible by the '
+                    f'data-parallel size {sharding.data_parallel_size(mesh)} (mesh.data * mesh.fsdp)')
+  model_cfg = ModelConfig.from_config(config.model)
+  tf.io.gfile.makedirs(workdir)
+
+  ckpt = checkpoint_lib.Checkpointer(workdir, config.ckpt)
+  latest = ckpt.latest_step()
+  if latest is not None:
+    meta = ckpt.restore_meta(latest)
+    if config.restart:
+      try:
+        _check_compatible(meta, model_cfg, workdir)
+      except UserError:
+        ckpt.close()
+        if is_chief:
+          _set_aside_checkpoints(workdir)
+        ckpt = checkpoint_lib.Checkpointer(workdir, config.ckpt)
+        latest = None
+    else:
+      _check_compatible(meta, model_cfg, workdir)
+
+  if is_chief:
+    write_config(config, workdir)
+  data = PretrainData(
+      config, os.path.join(workdir, 'vocab.model'), process_index=jax.process_index(),
+      process_count=jax.process_count(), is_vocab_writer=is_chief,
+      wait_for_vocab=lambda: _sync('vocab'))
+  model = BertForPretraining(model_cfg)
+  tx, schedule = make_optimizer(config.optim, config.total_steps)
+  d = config.data
+  rng = jax.random.key(config.seed)
+  init_rng, dropout_rng = jax.random.split(rng)
+
+  state, state_shardings = create_train_state(model, tx, init_rng, mesh, axis_rules,
+                                              d.seq_len, d.max_predictions)
+  start_step = 0
+  if latest is not None:
+    target = abstract_state(state_shardings, model, tx, d.seq_len, d.max_predictions)
+    del state
+    state, meta, restored = ckpt.restore(target)
+    start_step = int(meta['data_position'])
+    logging.info('Resuming from the checkpoint at step %d in %s', restored, ckpt.directory)
+  else:
+    logging.info('Starting a new run in %s', workdir)
+
+  n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  logging.info('Model: %s attention, %s parameters; mesh %s; %d devices, %d processes',
+               model_cfg.attention, f'{n_params:,}', dict(mesh.shape), jax.device_count(),
+               jax.process_count())
+  writer = MetricWriter(workdir, enabled=is_chief)
+  if start_step >= config.total_steps:
+    logging.info('Nothing to do: the checkpoint is at step %d and total_steps is %d',
+                 start_step, config.total_steps)
+    ckpt.close()
+    return {'step': start_step}
+
+  batch_spec = sharding.batch_sharding(mesh)
+  step_fn = jax.jit(
+      functools.partial(train_step, model=model, tx=tx, schedule=schedule,
+                        base_rng=dropout_rng, accum_steps=config.optim.grad_accum_steps),
+      in_shardings=(state_shardings, batch_spec),
+      out_shardings=(state_shardings, sharding.replicated(mesh)),
+      donate_argnums=(0,))
+  eval_fn = jax.jit(functools.partial(eval_step, model=model),
+                    in_shardings=(state_shardings.params, batch_spec),
+                    out_shardings=sharding.replicated(mesh))
+
+  batches = prefetch(data.train.batches(start_step))
+  tokens_per_step = d.batch_size * d.seq_len
+  meta = {'model': model_cfg.to_dict(), 'vocab_size': data.tokenizer.vocab_size,
+          'seed': config.seed, 'batch_size': d.batch_size}
+  last = {}
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules), _SignalFlag() as sigterm:
+    # Compile once, ahead of the loop, and say what it costs.
+    t0 = time.time()
+    first = sharding.global_batch(next(batches), mesh)
+    compiled = step_fn.lower(state, first).compile()
+    mem = compiled.memory_analysis()
+    logging.info('Compiled the train step in %.1fs%s', time.time() - t0,
+                 f'; device memory: {_memory_text(mem)}' if mem is not None else '')
+    history = []
+    interval_start, interval_steps = time.time(), 0
+    batch = first
+    for step in range(start_step, config.total_steps):
+      if step > start_step:
+        batch = sharding.global_batch(next(batches), mesh)
+      state, metrics = compiled(state, batch)
+      history.append(metrics)
+      interval_steps += 1
+      done = step + 1
+      if done % config.log_every_steps == 0 or done == config.total_steps:
+        last = _mean_metrics(history)
+        history = []
+        skipped_now = int(jax.device_get(state.skipped))
+        elapsed = time.time() - interval_start
+        step_time = elapsed / interval_steps
+        last.update(tokens_per_sec=tokens_per_step / step_time, step_time=step_time,
+                    skipped_total=int(jax.device_get(state.skipped_total)))
+        eta = (config.total_steps - done) * step_time
+        writer.write(done, last, extra=f' eta={_duration(eta)}')
+        interval_start, interval_steps = time.time(), 0
+        if skipped_now >= config.optim.max_skipped_steps:
+          ckpt.wait()
+          ckpt.close()
+          raise UserError(
+              f'{skipped_now} consecutive steps had a non-finite loss or gradient (up to step '
+              f'{done}); stopping. The last good checkpoint is kept in {ckpt.directory}; '
+              'lower optim.lr or check the data')
+      if done % config.eval_every_steps == 0 or done == config.total_steps:
+        ev = evaluate(eval_fn, state.params, data.eval_batches, mesh)
+        writer.write(done, ev, prefix='eval')
+        last.update(ev)
+      preempted = sigterm.raised or ckpt.reached_preemption(done)
+      if ckpt.should_save(done) or done == config.total_steps or preempted:
+        ckpt.save(done, state, {**meta, 'data_position': done}, force=True)
+      if preempted:
+        ckpt.wait()
+        ckpt.close()
+        writer.close()
+        raise Preempted(f'preempted at step {done}; checkpoint saved in {ckpt.directory}')
+  ckpt.wait()
+  ckpt.close()
+  writer.close()
+  last['step'] = config.total_steps
+  return last
+
+
+def _sync(name: str):
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
+
+
+def _memory_text(mem) -> str:
+  gib = 1 << 30
+  try:
+    return (f'arguments {mem.argument_size_in_bytes / gib:.2f} GiB, outputs '
+            f'{mem.output_size_in_bytes / gib:.2f} GiB, temporaries '
+            f'{mem.temp_size_in_bytes / gib:.2f} GiB')
+  except AttributeError:
+    return str(mem)
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(seconds)
+  h, rem = divmod(seconds, 3600)
+  m, s = divmod(rem, 60)
+  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
