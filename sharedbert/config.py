@@ -121,6 +121,7 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   config.data.eval_fraction = 0.01    # Held-out share of the documents (local corpora).
   config.data.vocab_train_sentences = 2_000_000  # Lines sentencepiece samples to learn the vocabulary.
   config.data.vocab_model_type = 'unigram'
+  config.data.shuffle_buffer = 10_000  # Rows in the shuffle buffer of streamed (tfds) corpora.
 
   config.optim = ml_collections.ConfigDict()
   config.optim.lr = 1e-4

@@ -248,7 +248,15 @@ def evaluate(eval_fn, params, batches, mesh) -> dict:
     for k in sums:
       sums[k] += float(out[k])
   w = max(sums['weight'], 1.0)
-  return {'eval_loss': sums['loss_sum'] / w, 'eval_mlm_accuracy': sums['correct'] / w}
+  return {'eval_loss': sums['loss_sum'] / w, 'eval_mlm_accuracy': sums['correct'] / w,
+          'eval_majority_accuracy': majority_baseline(batches)}
+
+
+def majority_baseline(batches) -> float:
+  """Held-out accuracy of always predicting the most frequent masked token: the floor a
+  model must clearly beat."""
+  labels = np.concatenate([b['masked_ids'][b['masked_weights'] > 0] for b in batches])
+  return float(np.bincount(labels).max() / max(len(labels), 1)) if len(labels) else 0.0
 
 
 def write_config(config, workdir):

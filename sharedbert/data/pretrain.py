@@ -213,7 +213,8 @@ class PretrainData:
       train_docs = sources.split_documents(docs, 'train', d.eval_fraction)
       eval_docs = sources.split_documents(docs, 'eval', d.eval_fraction)
     else:
-      sources.tfds_builder(d.corpus, d.tfds_data_dir)  # Fails early if not prepared.
+      # Fail early, before any vocabulary work, if the dataset is not prepared.
+      sources.open_tfds_split(sources.tfds_builder(d.corpus, d.tfds_data_dir), 'train')
 
     def tfds_docs(split, index=process_index, count=process_count):
       return sources.tfds_documents(
@@ -232,7 +233,7 @@ class PretrainData:
                   process_count=process_count, masking=masking)
     if streaming:
       self.train = StreamingData(lambda: tfds_docs('train'), self.tokenizer, seq_len=d.seq_len,
-                                 seed=config.seed, **common)
+                                 seed=config.seed, shuffle_buffer=d.shuffle_buffer, **common)
       eval_stream = StreamingData(lambda: tfds_docs('eval'), self.tokenizer, seq_len=d.seq_len,
                                   seed=config.seed + 1, shuffle_buffer=1, **common)
       n = max(config.eval_batches, 1)

@@ -101,19 +101,28 @@ def _tfds_name(corpus: str) -> str:
 
 
 def tfds_builder(corpus: str, data_dir: str | None):
-  """The prepared tfds builder for `corpus`, or a UserError saying how to prepare it."""
+  """The tfds builder for `corpus`; a UserError for an unknown name."""
   import tensorflow_datasets as tfds
   name = _tfds_name(corpus)
   try:
-    builder = tfds.builder(name, data_dir=data_dir or None)
+    return tfds.builder(name, data_dir=data_dir or None)
   except Exception as e:  # tfds raises several types for unknown names/configs.
     raise UserError(f'tfds dataset {name!r} is unknown to tensorflow-datasets: {e}'.split('\n')[0]) from e
-  if not builder.is_prepared():
+
+
+def open_tfds_split(builder, split: str):
+  """builder.as_dataset, turning tfds' 'not prepared' failure into a UserError.
+
+  (Asking `builder.is_prepared()` first would also refuse tfds.testing.mock_data.)
+  """
+  try:
+    return builder.as_dataset(split=split, shuffle_files=False)
+  except AssertionError as e:
     raise UserError(
-        f'tfds dataset {name!r} is not prepared in {builder.data_dir_root}; this machine '
-        f'cannot download it. Prepare it where there is network access '
-        f'(tfds build {name} --data_dir=DIR) and set config.data.tfds_data_dir=DIR')
-  return builder
+        f'tfds dataset {builder.info.full_name!r} is not prepared in {builder.data_dir_root}; '
+        f'this machine cannot download it. Prepare it where there is network access '
+        f'(tfds build {builder.name}/{builder.builder_config.name if builder.builder_config else ""}'
+        f' --data_dir=DIR) and set config.data.tfds_data_dir=DIR'.replace('/ --', ' --')) from e
 
 
 def tfds_documents(corpus: str, split: str, *, data_dir: str | None, text_key: str,
@@ -133,7 +142,7 @@ def tfds_documents(corpus: str, split: str, *, data_dir: str | None, text_key: s
     tfds_split = 'train' if has_eval else f'train[{max(1, round(100 * eval_fraction))}%:]'
   shard = tfds.split_for_jax_process(tfds_split, process_index=process_index,
                                      process_count=process_count)
-  ds = builder.as_dataset(split=shard, shuffle_files=False)
+  ds = open_tfds_split(builder, shard)
   for example in tfds.as_numpy(ds):
     if text_key not in example:
       raise UserError(f'tfds dataset {builder.name} has no field {text_key!r} '

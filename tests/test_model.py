@@ -1,0 +1,191 @@
+"""The BERT model: shapes, padding masks, shared attention against NumPy, and identities."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sharedbert.models import attention as attention_lib
+from sharedbert.models.bert import BertForPretraining, BertForSequenceClassification, ModelConfig
+
+TINY = dict(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
+            max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
+
+
+def make_inputs(b=3, t=10, p=4, vocab=97, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, vocab, (b, t)).astype(np.int32)
+  mask = np.ones((b, t), np.int32)
+  mask[1, 6:] = 0  # Padding in one row.
+  ids[mask == 0] = 0
+  segments = np.zeros((b, t), np.int32)
+  segments[:, 5:] = 1
+  positions = rng.integers(1, 6, (b, p)).astype(np.int32)
+  return ids, segments, mask, positions
+
+
+def init(model, inputs, seed=0):
+  return nn.unbox(model.init(jax.random.key(seed), *inputs)['params'])
+
+
+@pytest.mark.parametrize('attention', ['standard', 'shared'])
+def test_shapes(attention):
+  cfg = ModelConfig(attention=attention, **TINY)
+  inputs = make_inputs()
+  model = BertForPretraining(cfg)
+  params = init(model, inputs)
+  out = model.apply({'params': params}, *inputs, return_hidden_states=True)
+  assert out['mlm_logits'].shape == (3, 4, 97)
+  assert out['mlm_logits'].dtype == jnp.float32
+  assert out['sequence_output'].shape == (3, 10, 32)
+  assert out['pooled_output'].shape == (3, 32)
+  assert len(out['hidden_states']) == 3
+  cls = BertForSequenceClassification(cfg, num_labels=3)
+  cparams = init(cls, inputs[:3])
+  assert cls.apply({'params': cparams}, *inputs[:3]).shape == (3, 3)
+
+
+@pytest.mark.parametrize('attention', ['standard', 'shared'])
+def test_padding_does_not_leak(attention):
+  """Changing padded tokens leaves the outputs at real positions unchanged."""
+  cfg = ModelConfig(attention=attention, **TINY)
+  ids, seg, mask, pos = make_inputs()
+  model = BertForPretraining(cfg)
+  params = init(model, (ids, seg, mask, pos))
+  a = model.apply({'params': params}, ids, seg, mask, pos)['sequence_output']
+  ids2 = ids.copy()
+  ids2[1, 6:] = 42
+  b = model.apply({'params': params}, ids2, seg, mask, pos)['sequence_output']
+  np.testing.assert_allclose(a[1, :6], b[1, :6], atol=1e-6)
+  assert not np.allclose(a[1, 6:], b[1, 6:])
+
+
+def test_every_parameter_has_logical_axes():
+  for attention in ('standard', 'shared'):
+    model = BertForPretraining(ModelConfig(attention=attention, **TINY))
+    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), *make_inputs()))['params']
+    leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+    assert leaves and all(isinstance(x, nn.Partitioned) for x in leaves)
+    for x in leaves:
+      assert len(x.names) == len(x.value.shape)
+
+
+def numpy_shared_attention(x, mask, p):
+  """Plain NumPy reference: S = xW_s+b_s; Q,K,V = S*d; softmax(QK^T/sqrt(H)) V W_o + b_o."""
+  kernel, bias, diag = p['shared']['kernel'], p['shared']['bias'], p['diag']
+  s = np.einsum('btd,dnh->btnh', x, kernel) + bias
+  q, k, v = s * diag[0], s * diag[1], s * diag[2]
+  h = q.shape[-1]
+  scores = np.einsum('btnh,bsnh->bnts', q, k) / np.sqrt(h)
+  scores = np.where(mask[:, None, None, :] > 0, scores, -1e30)
+  scores -= scores.max(-1, keepdims=True)
+  probs = np.exp(scores)
+  probs /= probs.sum(-1, keepdims=True)
+  out = np.einsum('bnts,bsnh->btnh', probs, v)
+  return np.einsum('btnh,nhd->btd', out, p['out']['kernel']) + p['out']['bias']
+
+
+def test_shared_attention_matches_numpy():
+  cfg = ModelConfig(attention='shared', **TINY)
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(2, 7, 32)).astype(np.float32)
+  mask = np.ones((2, 7), np.int32)
+  mask[0, 5:] = 0
+  attn = attention_lib.VARIANTS['shared'](cfg)
+  params = nn.unbox(attn.init(jax.random.key(0), x, mask.astype(bool)[:, None, None, :],
+                              deterministic=True)['params'])
+  # Random diagonals, so that d_q, d_k, d_v really differ.
+  params['diag'] = jnp.asarray(rng.normal(size=params['diag'].shape).astype(np.float32))
+  got = attn.apply({'params': params}, x, mask.astype(bool)[:, None, None, :], deterministic=True)
+  want = numpy_shared_attention(x.astype(np.float64), mask,
+                                jax.tree.map(lambda a: np.asarray(a, np.float64), params))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_shared_with_unit_diagonals_equals_standard_with_tied_weights():
+  inputs = make_inputs()
+  shared = BertForPretraining(ModelConfig(attention='shared', **TINY))
+  standard = BertForPretraining(ModelConfig(attention='standard', **TINY))
+  sp = init(shared, inputs, seed=3)
+  tp = init(standard, inputs, seed=4)
+  for i in range(TINY['num_layers']):
+    a = sp['bert'][f'layer_{i}']['attention']
+    np.testing.assert_array_equal(a['diag'], 1.0)  # diag_init = 1.
+    ta = tp['bert'][f'layer_{i}']['attention']
+    for role in ('query', 'key', 'value'):
+      ta[role] = a['shared']
+    ta['out'] = a['out']
+    for name in ('attention_norm', 'mlp', 'output_norm'):
+      tp['bert'][f'layer_{i}'][name] = sp['bert'][f'layer_{i}'][name]
+  for name in ('embeddings', 'pooler'):
+    tp['bert'][name] = sp['bert'][name]
+  tp['mlm_head'] = sp['mlm_head']
+  a = shared.apply({'params': sp}, *inputs)
+  b = standard.apply({'params': tp}, *inputs)
+  np.testing.assert_allclose(a['mlm_logits'], b['mlm_logits'], rtol=1e-5, atol=1e-5)
+  # And with non-unit diagonals the two differ.
+  sp['bert']['layer_0']['attention']['diag'] = sp['bert']['layer_0']['attention']['diag'] * 1.5
+  c = shared.apply({'params': sp}, *inputs)
+  assert not np.allclose(a['mlm_logits'], c['mlm_logits'], atol=1e-4)
+
+
+def test_shared_attention_scores_are_symmetric():
+  """S diag(d_q*d_k) S^T is symmetric for any parameters (why `symmetric` is its peer)."""
+  rng = np.random.default_rng(0)
+  s = rng.normal(size=(5, 8))
+  dq, dk = rng.normal(size=8), rng.normal(size=8)
+  scores = (s * dq) @ (s * dk).T
+  np.testing.assert_allclose(scores, scores.T, atol=1e-12)
+
+
+def test_mlm_head_gathers_before_projection_and_ties_embeddings():
+  cfg = ModelConfig(attention='standard', **TINY)
+  inputs = make_inputs()
+  model = BertForPretraining(cfg)
+  params = init(model, inputs)
+  assert 'kernel' not in params['mlm_head'].get('decoder', {})  # Tied: no decoder matrix.
+  out = model.apply({'params': params}, *inputs)
+  seq, positions = np.asarray(out['sequence_output']), inputs[3]
+  gathered = np.take_along_axis(seq, positions[..., None], axis=1)
+  h = gathered @ np.asarray(params['mlm_head']['transform']['kernel']) + np.asarray(
+      params['mlm_head']['transform']['bias'])
+  h = np.asarray(jax.nn.gelu(h, approximate=False))
+  mu, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
+  n = params['mlm_head']['transform_norm']
+  h = (h - mu) / np.sqrt(var + cfg.layer_norm_eps) * np.asarray(n['scale']) + np.asarray(n['bias'])
+  logits = h @ np.asarray(params['bert']['embeddings']['word_embeddings']['embedding']).T
+  logits += np.asarray(params['mlm_head']['output_bias'])
+  np.testing.assert_allclose(out['mlm_logits'], logits, rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_compute_keeps_float32_params():
+  cfg = ModelConfig(attention='shared', dtype=jnp.bfloat16, **TINY)
+  inputs = make_inputs()
+  model = BertForPretraining(cfg)
+  params = init(model, inputs)
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
+  out = model.apply({'params': params}, *inputs)
+  assert out['sequence_output'].dtype == jnp.bfloat16
+  assert out['mlm_logits'].dtype == jnp.float32
+  assert np.isfinite(np.asarray(out['mlm_logits'])).all()
+
+
+@pytest.mark.parametrize('remat', ['full', 'dots'])
+def test_remat_gives_the_same_gradients(remat):
+  inputs = make_inputs()
+  plain = BertForPretraining(ModelConfig(attention='shared', **TINY))
+  params = init(plain, inputs)
+  rematted = BertForPretraining(ModelConfig(attention='shared', remat=remat, **TINY))
+
+  def loss(model, p):
+    return jnp.sum(model.apply({'params': p}, *inputs)['mlm_logits'] ** 2)
+  g1 = jax.grad(lambda p: loss(plain, p))(params)
+  g2 = jax.grad(lambda p: loss(rematted, p))(params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), g1, g2)
+
+
+def test_unknown_variant_is_a_user_error():
+  from sharedbert.errors import UserError
+  with pytest.raises(UserError, match='unknown attention variant'):
+    ModelConfig(attention='nope', **TINY).validate()

@@ -1,0 +1,87 @@
+"""End to end through the real entry point: a tiny run learns, writes its workdir, resumes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ('the cat sat on a mat while seven dogs ran past the old red barn and a small bird '
+         'sang of rain wind and snow in the north field').split()
+
+
+def write_corpus(path, num_docs=400, seed=0):
+  rng = np.random.default_rng(seed)
+  # Markov-ish text: each word tends to be followed by the next in WORDS, so context helps.
+  docs = []
+  for _ in range(num_docs):
+    i = rng.integers(len(WORDS))
+    words = []
+    for _ in range(rng.integers(20, 60)):
+      words.append(WORDS[i])
+      i = (i + 1) % len(WORDS) if rng.random() < 0.8 else rng.integers(len(WORDS))
+    docs.append(' '.join(words) + '.')
+  path.write_text('\n\n'.join(docs), encoding='utf-8')
+
+
+TINY_FLAGS = [
+    '--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=2',
+    '--config.model.mlp_dim=64', '--config.model.vocab_size=256', '--config.data.batch_size=16',
+    '--config.data.seq_len=32', '--config.data.max_predictions=5', '--config.optim.lr=3e-3',
+    '--config.optim.warmup_steps=5', '--config.log_every_steps=5', '--config.eval_every_steps=20',
+    '--config.ckpt.every_steps=20', '--config.model.dropout_rate=0.0',
+    '--config.model.attention_dropout_rate=0.0', '--config.data.eval_fraction=0.1',
+]
+
+
+def run_main(workdir, corpus, *extra):
+  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2')
+  cmd = [sys.executable, '-m', 'sharedbert.main', '--config=configs/shared_base.py:tiny',
+         f'--workdir={workdir}', f'--config.data.corpus={corpus}', *TINY_FLAGS, *extra]
+  return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def read_metrics(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_tiny_run_learns_writes_its_workdir_and_resumes(tmp_path):
+  corpus = tmp_path / 'corpus.txt'
+  write_corpus(corpus)
+  workdir = tmp_path / 'run'
+  first = run_main(workdir, corpus, '--config.total_steps=40')
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert 'Starting a new run' in first.stderr
+  for name in ('config.json', 'vocab.model', 'metrics.jsonl'):
+    assert (workdir / name).exists(), name
+  assert any(f.startswith('events.out.tfevents') for f in os.listdir(workdir / 'tensorboard'))
+  assert sorted(os.listdir(workdir / 'checkpoints')) == ['20', '40']
+  config = json.loads((workdir / 'config.json').read_text())
+  assert config['model']['attention'] == 'shared' and config['total_steps'] == 40
+
+  metrics = read_metrics(workdir)
+  train = [m for m in metrics if 'loss' in m]
+  evals = [m for m in metrics if 'eval_loss' in m]
+  assert [m['step'] for m in train] == list(range(5, 41, 5))
+  for key in ('loss', 'mlm_accuracy', 'learning_rate', 'grad_norm', 'tokens_per_sec'):
+    assert key in train[0], key
+  assert train[-1]['loss'] < train[0]['loss'] - 0.5, [m['loss'] for m in train]
+  assert [m['step'] for m in evals] == [20, 40]
+  assert evals[-1]['eval_loss'] < evals[0]['eval_loss']
+  assert 0 < evals[-1]['eval_majority_accuracy'] < 1
+
+  # Same command, larger total_steps: resumes at 40 and continues to 60.
+  second = run_main(workdir, corpus, '--config.total_steps=60')
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert 'Resuming from the checkpoint at step 40' in second.stderr
+  steps = [m['step'] for m in read_metrics(workdir) if 'loss' in m]
+  assert steps[-4:] == [45, 50, 55, 60]
+  assert sorted(os.listdir(workdir / 'checkpoints'), key=int)[-1] == '60'
+
+  # Running a finished run again does nothing and says so.
+  third = run_main(workdir, corpus, '--config.total_steps=60')
+  assert third.returncode == 0, third.stderr[-3000:]
+  assert 'Nothing to do' in third.stderr
