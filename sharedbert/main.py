@@ -6,7 +6,8 @@ r"""The entry point: `python -m sharedbert.main --config=CONFIG[:ARG] --workdir=
              running the same command again resumes from the latest checkpoint.
   --verbose  show the full traceback of a user error.
 
-Dispatches on config.mode: 'pretrain' (sharedbert.train). Exit codes: 0 done; 2 a user
+Dispatches on config.mode: 'pretrain' (sharedbert.train), 'finetune' (sharedbert.finetune,
+configs/glue.py). Exit codes: 0 done; 2 a user
 error (one line on stderr, the workdir left as it was); 143 preempted by SIGTERM after
 saving a checkpoint (run the same command again to resume).
 """
@@ -50,6 +51,9 @@ def run(config, workdir: str) -> dict:
   if mode == 'pretrain':
     from sharedbert import train
     return train.train_and_evaluate(config, workdir)
+  if mode == 'finetune':
+    from sharedbert import finetune
+    return finetune.finetune_and_evaluate(config, workdir)
   raise UserError(f'unknown config.mode {mode!r}')
 
 

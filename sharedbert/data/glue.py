@@ -325,10 +325,14 @@ def read_tfds(task: Union[str, TaskSpec], split: str,
 
 def load_examples(task: Union[str, TaskSpec], split: str, *,
                   glue_dir: Optional[str] = None,
-                  tfds_data_dir: Optional[str] = None) -> list[Example]:
-  """Reads from `glue_dir` when given (it wins over TFDS), else from TFDS."""
+                  tfds_data_dir: Optional[str] = None,
+                  skip_malformed: bool = False) -> list[Example]:
+  """Reads from `glue_dir` when given (it wins over TFDS), else from TFDS.
+
+  `skip_malformed` applies to glue_data TSVs only (see `read_glue_dir`).
+  """
   if glue_dir:
-    return read_glue_dir(glue_dir, task, split)
+    return read_glue_dir(glue_dir, task, split, skip_malformed=skip_malformed)
   return read_tfds(task, split, tfds_data_dir)
 
 

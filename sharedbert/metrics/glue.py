@@ -116,6 +116,13 @@ _METRICS = {'mcc': matthews_corrcoef, 'accuracy': accuracy, 'f1': f1_binary,
             'pearson': pearson, 'spearman': spearman}
 
 
+def metric_fn(name: str):
+  """The batched metric function called `name` ('mcc', 'accuracy', 'f1', ...)."""
+  if name not in _METRICS:
+    raise KeyError(f'unknown GLUE metric {name!r}; known: {", ".join(_METRICS)}')
+  return _METRICS[name]
+
+
 def _as_predictions(spec, predictions):
   """Accepts class ids, or logits (n, num_labels) which are argmaxed."""
   p = np.asarray(predictions)

@@ -93,6 +93,29 @@ def bootstrap_ci(metric_fn: MetricFn, predictions, labels, *,
   return _interval(scores, confidence)
 
 
+def bootstrap_seed_mean(metric_fn: MetricFn, predictions_per_seed, labels, *,
+                        num_resamples: int = 1000, seed: int = 0) -> np.ndarray:
+  """Bootstrap distribution (num_resamples,) of the mean over seeds of `metric_fn`.
+
+  Each resample draws dev examples with replacement, once, and scores every seed's
+  predictions on those same examples; the value is the mean of those scores. Its
+  percentile interval (`percentile_interval`) is the dev-set sampling uncertainty of
+  a seed-averaged figure (the spread between seeds is reported separately, as std).
+  """
+  preds, labels = _check(list(predictions_per_seed), labels, num_resamples, 0.5)
+  if not preds:
+    raise ValueError('bootstrap_seed_mean needs the predictions of at least one seed')
+  scores = _resampled_scores(metric_fn, preds, labels, num_resamples, seed)
+  return np.mean(scores, axis=0)
+
+
+def percentile_interval(samples, confidence: float = 0.95) -> tuple[float, float]:
+  """The central `confidence` percentile interval (low, high) of bootstrap samples."""
+  if not 0.0 < confidence < 1.0:
+    raise ValueError(f'confidence must be in (0, 1), got {confidence}')
+  return _interval(np.asarray(samples, dtype=np.float64), confidence)
+
+
 def paired_bootstrap_diff(metric_fn: MetricFn, preds_a, preds_b, labels, *,
                           num_resamples: int = 1000, confidence: float = 0.95,
                           seed: int = 0) -> tuple[float, float, float]:
