@@ -11,18 +11,33 @@ Variants (../shared/DESIGN.md defines each exactly):
   shared    S = xW_s+b_s; Q, K, V = S*d_q, S*d_k, S*d_v (Kowsher et al., arXiv 2412.00359).
             One matrix product instead of three. The score matrix S diag(d_q*d_k) S^T is
             symmetric for any parameter values, which is why it is compared to `symmetric`.
+  symmetric K = Q = xW_q+b_q; V standard (Courtois et al., arXiv 2406.06366).
+  pairwise  Q as in symmetric; score_h = Q_h P_h Q_h^T / sqrt(H) with a full H x H matrix P_h
+            per head, initialised N(0, 1) as in Courtois et al.'s code. Runs through the
+            shared core with Q_h P_h as the query and Q_h as the key.
+  partial_qk  per head, the first floor(rho*H) columns of Q_h and K_h come from one shared
+            projection ('query_key'), the rest from private ones (Yang et al., ENLSP 2024);
+            rho = model.qk_shared_fraction; rho=0 is `standard`, rho=1 is `symmetric`.
+  masa      for each projection type t in model.masa_projections (a subset of q, k, v, o):
+            S = model.masa_atoms atoms A_t,s (0: ceil(L/3)) shared by all layers and coefficients
+            c_t[l, s]; layer l uses W = sum_s c_t[l, s] A_t,s (Zhussip et al., arXiv
+            2508.04581). The dictionary belongs to the encoder (`MasaDictionary`, under
+            bert/shared_attention) and reaches every layer as `shared`; biases stay per layer.
 
 Axis letters in the einsums: B batch, T/S query/key length, D model width, N heads,
-H head width, C the three roles (q, k, v).
+H head width, G a second head-width axis, C the three roles (q, k, v), A atoms.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from sharedbert.errors import UserError
 
 Dtype = Any
 
@@ -55,9 +70,11 @@ class HeadsProjection(nn.Module):
   param_dtype: Dtype
 
   @nn.compact
-  def __call__(self, x):
-    kernel = self.param('kernel', kernel_init(self.initializer_range, ('embed', 'heads', 'kv')),
-                        (x.shape[-1], self.num_heads, self.head_dim), self.param_dtype)
+  def __call__(self, x, kernel=None):
+    """kernel: [D,N,H] from a cross-layer dictionary (masa); by default this module's own."""
+    if kernel is None:
+      kernel = self.param('kernel', kernel_init(self.initializer_range, ('embed', 'heads', 'kv')),
+                          (x.shape[-1], self.num_heads, self.head_dim), self.param_dtype)
     bias = self.param('bias', zeros_init(('heads', 'kv')), (self.num_heads, self.head_dim),
                       self.param_dtype)
     y = jnp.einsum('BTD,DNH->BTNH', x.astype(self.dtype), kernel.astype(self.dtype))
@@ -72,20 +89,22 @@ class OutputProjection(nn.Module):
   param_dtype: Dtype
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, kernel=None):
+    """kernel: [N,H,D] from a cross-layer dictionary (masa); by default this module's own."""
     _, _, n, h = x.shape
-    kernel = self.param('kernel', kernel_init(self.initializer_range, ('heads', 'kv', 'embed')),
-                        (n, h, self.hidden_size), self.param_dtype)
+    if kernel is None:
+      kernel = self.param('kernel', kernel_init(self.initializer_range, ('heads', 'kv', 'embed')),
+                          (n, h, self.hidden_size), self.param_dtype)
     bias = self.param('bias', zeros_init(('embed',)), (self.hidden_size,), self.param_dtype)
     y = jnp.einsum('BTNH,NHD->BTD', x.astype(self.dtype), kernel.astype(self.dtype))
     return y + bias.astype(self.dtype)
 
 
-def output_projection(module: nn.Module, out, hidden_size: int):
-  """W_o, created inside `module` under the name 'out'."""
+def output_projection(module: nn.Module, out, hidden_size: int, kernel=None):
+  """W_o, created inside `module` under the name 'out' (its kernel given, for masa)."""
   c = module.config
   return OutputProjection(hidden_size, c.initializer_range, c.dtype, c.param_dtype,
-                          name='out')(out)
+                          name='out')(out, kernel)
 
 
 def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dtype,
@@ -107,21 +126,34 @@ def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dt
 
 
 class AttentionBase(nn.Module):
-  """Common plumbing: subclasses implement `qkv(x) -> (q, k, v)`, each [B,T,N,H]."""
+  """Common plumbing: subclasses implement `qkv(x) -> (q, k, v)`, each [B,T,N,H].
+
+  A subclass may also override `output_kernel` (W_o from elsewhere), `check_config`
+  (validate its settings) and set `shared_params`, a module factory whose output the
+  encoder computes once per forward pass and hands to every layer as `shared=`.
+  """
   config: Any  # sharedbert.models.bert.ModelConfig
   layer_index: int = 0
+
+  @classmethod
+  def check_config(cls, config) -> None:
+    """Raises UserError for settings this variant cannot use."""
 
   @property
   def head_dim(self) -> int:
     return self.config.hidden_size // self.config.num_heads
 
-  def projection(self, name: str):
+  def projection(self, name: str, head_dim: int | None = None):
     c = self.config
-    return HeadsProjection(c.num_heads, self.head_dim, c.initializer_range, c.dtype,
-                           c.param_dtype, name=name)
+    return HeadsProjection(c.num_heads, head_dim or self.head_dim, c.initializer_range,
+                           c.dtype, c.param_dtype, name=name)
 
   def qkv(self, x, **kwargs):
     raise NotImplementedError
+
+  def output_kernel(self, **kwargs):
+    """W_o's kernel [N,H,D] when it comes from outside the layer; None: the layer's own."""
+    return None
 
   @nn.compact
   def __call__(self, x, mask, *, deterministic: bool, **kwargs):
@@ -132,7 +164,7 @@ class AttentionBase(nn.Module):
                  deterministic=deterministic, dtype=c.dtype, impl=c.attention_impl,
                  dropout_rng=rng)
     out = nn.with_logical_constraint(out, ('batch', 'length', 'heads', 'kv'))
-    return output_projection(self, out, c.hidden_size)
+    return output_projection(self, out, c.hidden_size, kernel=self.output_kernel(**kwargs))
 
 
 @register('standard')
@@ -156,3 +188,138 @@ class SharedAttention(AttentionBase):
         (3, c.num_heads, self.head_dim), c.param_dtype)
     qkv = jnp.einsum('BTNH,CNH->CBTNH', s, diag.astype(c.dtype))
     return qkv[0], qkv[1], qkv[2]
+
+
+@register('symmetric')
+class SymmetricAttention(AttentionBase):
+  """K = Q: one projection for queries and keys, so every head's score matrix is symmetric."""
+
+  def qkv(self, x, **kwargs):
+    q = self.projection('query')(x)
+    return q, q, self.projection('value')(x)
+
+
+@register('pairwise')
+class PairwiseAttention(AttentionBase):
+  """Symmetric projections with a learned bilinear form per head: score = Q_h P_h Q_h^T."""
+
+  def qkv(self, x, **kwargs):
+    c = self.config
+    q = self.projection('query')(x)
+    # P_h is unconstrained (not symmetric); N(0, 1) at init as in Courtois et al.'s code.
+    pairwise = self.param('pairwise', nn.with_logical_partitioning(
+        nn.initializers.normal(1.0), ('heads', 'kv', None)),
+        (c.num_heads, self.head_dim, self.head_dim), c.param_dtype)
+    paired = jnp.einsum('BTNH,NHG->BTNG', q, pairwise.astype(c.dtype))
+    return paired, q, self.projection('value')(x)
+
+
+def shared_qk_width(config) -> int:
+  """floor(rho * H): the columns of each head that queries and keys share (partial_qk)."""
+  head_dim = config.hidden_size // config.num_heads
+  # The epsilon keeps e.g. 0.29 * 100 = 28.999999999999996 at 29.
+  return int(math.floor(config.qk_shared_fraction * head_dim + 1e-9))
+
+
+@register('partial_qk')
+class PartialQKAttention(AttentionBase):
+  """The first floor(rho*H) columns of each head's Q and K are shared ('query_key')."""
+
+  @classmethod
+  def check_config(cls, config):
+    if not 0.0 <= config.qk_shared_fraction <= 1.0:
+      raise UserError(f'model.qk_shared_fraction must be in [0, 1], got '
+                      f'{config.qk_shared_fraction}')
+
+  def qkv(self, x, **kwargs):
+    shared = shared_qk_width(self.config)
+    private = self.head_dim - shared
+    q_parts, k_parts = [], []
+    if shared:
+      both = self.projection('query_key', shared)(x)
+      q_parts.append(both)
+      k_parts.append(both)
+    if private:
+      q_parts.append(self.projection('query', private)(x))
+      k_parts.append(self.projection('key', private)(x))
+    q = q_parts[0] if len(q_parts) == 1 else jnp.concatenate(q_parts, axis=-1)
+    k = k_parts[0] if len(k_parts) == 1 else jnp.concatenate(k_parts, axis=-1)
+    return q, k, self.projection('value')(x)
+
+
+# masa projection types and the names of the per-layer modules that hold their biases.
+MASA_TYPES = {'q': 'query', 'k': 'key', 'v': 'value', 'o': 'out'}
+
+
+def masa_num_atoms(config) -> int:
+  """S: model.masa_atoms, or ceil(L/3) (the paper's 66.7% setting) when it is 0."""
+  return config.masa_atoms or -(-config.num_layers // 3)
+
+
+def masa_atom_shape(config, projection_type: str):
+  """Shape and logical axis names of one type's atoms: [S,D,N,H] (q, k, v) or [S,N,H,D] (o)."""
+  d, n, s = config.hidden_size, config.num_heads, masa_num_atoms(config)
+  h = d // n
+  if projection_type == 'o':
+    return (s, n, h, d), ('atoms', 'heads', 'kv', 'embed')
+  return (s, d, n, h), ('atoms', 'embed', 'heads', 'kv')
+
+
+class MasaTypeDictionary(nn.Module):
+  """One projection type's atoms [S, ...] and coefficients [L, S]."""
+  config: Any
+  projection_type: str
+
+  @nn.compact
+  def __call__(self):
+    c = self.config
+    shape, names = masa_atom_shape(c, self.projection_type)
+    atoms = self.param('atoms', kernel_init(c.initializer_range, names), shape, c.param_dtype)
+    # Coefficients ~ N(0, 1/S): sum_s c^2 is about 1, so each layer's W starts at BERT's
+    # initial scale, and the layers start different from each other.
+    num_atoms = masa_num_atoms(c)
+    coefficients = self.param('coefficients', nn.with_logical_partitioning(
+        nn.initializers.normal(1.0 / math.sqrt(num_atoms)), ('layers', 'atoms')),
+        (c.num_layers, num_atoms), c.param_dtype)
+    return {'atoms': atoms, 'coefficients': coefficients}
+
+
+class MasaDictionary(nn.Module):
+  """The encoder's dictionary: {type: {'atoms', 'coefficients'}} for each masa type."""
+  config: Any
+
+  @nn.compact
+  def __call__(self):
+    return {t: MasaTypeDictionary(self.config, t, name=t)()
+            for t in self.config.masa_projections}
+
+
+@register('masa')
+class MasaAttention(AttentionBase):
+  """Each configured projection's kernel is sum_s c[l, s] A_s from the encoder's dictionary."""
+  shared_params = MasaDictionary
+
+  @classmethod
+  def check_config(cls, config):
+    p = config.masa_projections
+    if not p or set(p) - set(MASA_TYPES) or len(set(p)) != len(p):
+      raise UserError(f'model.masa_projections must be distinct letters of "qkvo" (e.g. "qkvo" '
+                      f'or "qk"), got {p!r}')
+    if config.masa_atoms < 0:
+      raise UserError(f'model.masa_atoms must be positive, or 0 for ceil(num_layers / 3); got '
+                      f'{config.masa_atoms}')
+
+  def layer_kernel(self, shared, projection_type: str):
+    """This layer's W for one type, or None if that type is not in the dictionary."""
+    if projection_type not in self.config.masa_projections:
+      return None
+    if shared is None:
+      raise ValueError('masa attention needs the encoder\'s dictionary (shared=...)')
+    entry = shared[projection_type]
+    return jnp.einsum('A,A...->...', entry['coefficients'][self.layer_index], entry['atoms'])
+
+  def qkv(self, x, shared=None, **kwargs):
+    return tuple(self.projection(MASA_TYPES[t])(x, self.layer_kernel(shared, t)) for t in 'qkv')
+
+  def output_kernel(self, shared=None, **kwargs):
+    return self.layer_kernel(shared, 'o')

@@ -65,6 +65,7 @@ class ModelConfig:
     if self.attention not in attention_lib.VARIANTS:
       raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
                       f'choose one of: {", ".join(sorted(attention_lib.VARIANTS))}')
+    attention_lib.VARIANTS[self.attention].check_config(self)
     if self.hidden_size % self.num_heads:
       raise UserError(f'model.hidden_size={self.hidden_size} is not divisible by '
                       f'model.num_heads={self.num_heads}')

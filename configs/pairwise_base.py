@@ -1,0 +1,12 @@
+r"""Pretraining with `pairwise` attention (score_h = Q_h P_h Q_h^T; Courtois et al., arXiv 2406.06366).
+
+The recipe is sharedbert/config.py's; P_h is weight-decayed like the other weight matrices.
+Presets: `:tiny` (2-core CPU, minutes, embedded demo corpus), `:small`, default BERT-base.
+  python -m sharedbert.main --config=configs/pairwise_base.py:tiny --workdir=/tmp/pairwise_tiny
+"""
+
+from sharedbert import config as sb_config
+
+
+def get_config(arg=None):
+  return sb_config.pretrain_config('pairwise', arg)

@@ -1,0 +1,479 @@
+r"""Hugging Face BERT checkpoints in and out of sharedbert's `standard` variant.
+
+  python -m sharedbert.convert_hf import --hf_dir=HF_DIR --workdir=WORKDIR \
+      [--config=configs/standard_base.py[:preset]]
+  python -m sharedbert.convert_hf export --workdir=WORKDIR --hf_dir=HF_DIR [--step=N]
+
+import reads what `BertForMaskedLM.save_pretrained` (or `BertModel`, `BertForPreTraining`)
+writes: config.json and model.safetensors (or its shards). It writes WORKDIR as a training
+run would: config.json (the recipe of --config, default configs/standard_base.py's, with
+the model section taken from the Hugging Face config and `hf_checkpoint` set to HF_DIR) and
+an orbax checkpoint at step 0 (parameters and a fresh optimizer state) that
+`sharedbert.main` resumes from, `sharedbert.convert_shared` converts and export writes back.
+A checkpoint without a pooler (BertForMaskedLM has none) or without an MLM head (BertModel)
+gets those parts freshly initialised from config.seed; the command says which.
+
+The vocabulary does not come along: Hugging Face BERT uses WordPiece (vocab.txt) and
+sharedbert's pipeline sentencepiece (WORKDIR/vocab.model). The imported model is for
+evaluation, conversion and export with its own tokenizer; pretraining it further on
+sharedbert's pipeline would learn a new vocabulary whose ids do not match the embeddings.
+
+export writes HF_DIR/config.json and model.safetensors in the layout BertForMaskedLM loads
+(the decoder tied to the word embeddings), plus the pooler (`bert.pooler.dense.*`, which
+BertModel and the classification models use; BertForMaskedLM reports it as unused), and
+copies WORKDIR/vocab.model if there is one. Only `standard` post-LN models map onto BERT.
+
+The functions here are also the workdir helpers of the other converters: `read_params`
+(the parameters of a workdir's checkpoint, without its optimizer state) and
+`write_checkpoint` (a step-0 checkpoint in train.py's layout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from typing import Any, Callable
+
+from absl import app
+from absl import flags
+from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_flags
+import numpy as np
+
+from sharedbert import checkpoint as checkpoint_lib
+from sharedbert.errors import UserError
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """Only when run as a command: importing this module defines no flags."""
+  config_flags.DEFINE_config_file(
+      'config', None, 'import: the recipe for WORKDIR/config.json (default: '
+      'configs/standard_base.py); its model section is replaced by the checkpoint\'s.',
+      lock_config=True)
+  flags.DEFINE_string('hf_dir', None, 'The Hugging Face model directory (read or written).')
+  flags.DEFINE_string('workdir', None, 'The sharedbert workdir (written or read).')
+  flags.DEFINE_integer('step', None, 'export: the checkpoint step (default: the latest).')
+  flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
+
+Params = dict[str, Any]
+
+# Tensors a Hugging Face checkpoint may hold that have no counterpart here.
+_IGNORED_PREFIXES = ('cls.seq_relationship.', 'classifier.', 'qa_outputs.')
+_IGNORED_KEYS = ('bert.embeddings.position_ids', 'bert.embeddings.token_type_ids')
+
+# The model settings a Hugging Face config decides.
+ARCHITECTURE_KEYS = ('attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
+                     'mlp_dim', 'max_position_embeddings', 'type_vocab_size', 'dropout_rate',
+                     'attention_dropout_rate', 'initializer_range', 'layer_norm_eps',
+                     'pre_layer_norm')
+
+
+# ---------------------------------------------------------------------------------------
+# Configs.
+
+def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
+  """The `standard` ModelConfig of a Hugging Face BertConfig (as a dict)."""
+  if hf.get('model_type', 'bert') != 'bert':
+    raise UserError(f'{where}: model_type is {hf.get("model_type")!r}, not "bert"')
+  if hf.get('hidden_act', 'gelu') != 'gelu':
+    raise UserError(f'{where}: hidden_act is {hf["hidden_act"]!r}; sharedbert uses BERT\'s '
+                    'exact (erf) "gelu" only')
+  if hf.get('position_embedding_type', 'absolute') != 'absolute':
+    raise UserError(f'{where}: position_embedding_type {hf["position_embedding_type"]!r} is '
+                    'not supported (only "absolute")')
+  if hf.get('is_decoder') or hf.get('add_cross_attention'):
+    raise UserError(f'{where}: a decoder BERT (is_decoder / add_cross_attention) is not supported')
+  if not hf.get('tie_word_embeddings', True):
+    raise UserError(f'{where}: tie_word_embeddings is false; sharedbert ties the MLM decoder '
+                    'to the word embeddings')
+  try:
+    cfg = ModelConfig(
+        attention='standard', vocab_size=int(hf['vocab_size']),
+        hidden_size=int(hf['hidden_size']), num_layers=int(hf['num_hidden_layers']),
+        num_heads=int(hf['num_attention_heads']), mlp_dim=int(hf['intermediate_size']),
+        max_position_embeddings=int(hf['max_position_embeddings']),
+        type_vocab_size=int(hf['type_vocab_size']),
+        dropout_rate=float(hf.get('hidden_dropout_prob', 0.1)),
+        attention_dropout_rate=float(hf.get('attention_probs_dropout_prob', 0.1)),
+        initializer_range=float(hf.get('initializer_range', 0.02)),
+        layer_norm_eps=float(hf.get('layer_norm_eps', 1e-12)), pre_layer_norm=False)
+  except KeyError as e:
+    raise UserError(f'{where} has no {e.args[0]!r}; is it a BERT config?') from e
+  cfg.validate()
+  return cfg
+
+
+def hf_config_from_model(cfg: ModelConfig) -> dict:
+  """The config.json of BertForMaskedLM for a `standard` model."""
+  if cfg.attention != 'standard' or cfg.pre_layer_norm:
+    raise UserError(f'only standard post-LN models map onto Hugging Face BERT; this one is '
+                    f'{cfg.attention!r} with pre_layer_norm={cfg.pre_layer_norm} (convert a '
+                    'standard checkpoint, or keep it in sharedbert)')
+  return {
+      'architectures': ['BertForMaskedLM'], 'model_type': 'bert',
+      'vocab_size': cfg.vocab_size, 'hidden_size': cfg.hidden_size,
+      'num_hidden_layers': cfg.num_layers, 'num_attention_heads': cfg.num_heads,
+      'intermediate_size': cfg.mlp_dim, 'hidden_act': 'gelu',
+      'hidden_dropout_prob': cfg.dropout_rate,
+      'attention_probs_dropout_prob': cfg.attention_dropout_rate,
+      'max_position_embeddings': cfg.max_position_embeddings,
+      'type_vocab_size': cfg.type_vocab_size, 'initializer_range': cfg.initializer_range,
+      'layer_norm_eps': cfg.layer_norm_eps, 'position_embedding_type': 'absolute',
+      'pad_token_id': 0, 'tie_word_embeddings': True, 'dtype': 'float32',
+  }
+
+
+# ---------------------------------------------------------------------------------------
+# The tensor mapping.
+
+class _Entry:
+  """One parameter: our path, the Hugging Face key, and the layout changes both ways."""
+
+  def __init__(self, path: tuple[str, ...], key: str, group: str,
+               to_ours: Callable = lambda x: x, to_hf: Callable = lambda x: x):
+    self.path, self.key, self.group, self.to_ours, self.to_hf = path, key, group, to_ours, to_hf
+
+
+def _mapping(cfg: ModelConfig) -> list[_Entry]:
+  """Every parameter of BertForPretraining(standard) and its Hugging Face tensor."""
+  d, n = cfg.hidden_size, cfg.num_heads
+  h = d // n
+  entries = []
+
+  def add(path, key, group='encoder', **fns):
+    entries.append(_Entry(tuple(path.split('/')), key, group, **fns))
+
+  def linear(path, key, group='encoder', in_shape=None, out_shape=None):
+    """torch Linear weight [out, in] <-> our kernel [in..., out...]; bias [out] <-> [out...]."""
+    def kernel_to_ours(w):
+      w = w.T
+      return w.reshape(*(in_shape or (w.shape[0],)), *(out_shape or (w.shape[1],)))
+
+    def kernel_to_hf(k):
+      fan_in = int(np.prod(in_shape)) if in_shape else k.shape[0]
+      return k.reshape(fan_in, -1).T
+
+    add(f'{path}/kernel', f'{key}.weight', group, to_ours=kernel_to_ours, to_hf=kernel_to_hf)
+    add(f'{path}/bias', f'{key}.bias', group,
+        to_ours=(lambda b: b.reshape(out_shape)) if out_shape else (lambda b: b),
+        to_hf=lambda b: b.reshape(-1))
+
+  def norm(path, key, group='encoder'):
+    add(f'{path}/scale', f'{key}.weight', group)
+    add(f'{path}/bias', f'{key}.bias', group)
+
+  for name in ('word', 'position', 'token_type'):
+    add(f'bert/embeddings/{name}_embeddings/embedding', f'bert.embeddings.{name}_embeddings.weight')
+  norm('bert/embeddings/LayerNorm', 'bert.embeddings.LayerNorm')
+  for i in range(cfg.num_layers):
+    ours, hf = f'bert/layer_{i}', f'bert.encoder.layer.{i}'
+    for role in ('query', 'key', 'value'):
+      linear(f'{ours}/attention/{role}', f'{hf}.attention.self.{role}', out_shape=(n, h))
+    linear(f'{ours}/attention/out', f'{hf}.attention.output.dense', in_shape=(n, h))
+    norm(f'{ours}/attention_norm', f'{hf}.attention.output.LayerNorm')
+    linear(f'{ours}/mlp/intermediate', f'{hf}.intermediate.dense')
+    linear(f'{ours}/mlp/output', f'{hf}.output.dense')
+    norm(f'{ours}/output_norm', f'{hf}.output.LayerNorm')
+  linear('bert/pooler', 'bert.pooler.dense', group='pooler')
+  linear('mlm_head/transform', 'cls.predictions.transform.dense', group='MLM head')
+  norm('mlm_head/transform_norm', 'cls.predictions.transform.LayerNorm', group='MLM head')
+  add('mlm_head/output_bias', 'cls.predictions.bias', group='MLM head')
+  return entries
+
+
+def _canonical_key(key: str) -> str:
+  """Keys as BertForMaskedLM names them: with 'bert.', LayerNorm weight/bias (not gamma/beta)."""
+  if key.startswith(('embeddings.', 'encoder.', 'pooler.')):  # Saved from BertModel.
+    key = 'bert.' + key
+  if key.endswith('LayerNorm.gamma'):
+    key = key[:-len('gamma')] + 'weight'
+  elif key.endswith('LayerNorm.beta'):
+    key = key[:-len('beta')] + 'bias'
+  return key
+
+
+def _get(tree: Params, path: tuple[str, ...]):
+  for p in path:
+    tree = tree[p]
+  return tree
+
+
+def _set(tree: Params, path: tuple[str, ...], value):
+  for p in path[:-1]:
+    tree = tree.setdefault(p, {})
+  tree[path[-1]] = value
+
+
+def init_params(cfg: ModelConfig, seed: int = 0) -> Params:
+  """Freshly initialised parameters of BertForPretraining, as numpy arrays."""
+  model = BertForPretraining(cfg)
+  ids = jnp.zeros((1, 1), jnp.int32)
+  # Not jitted: op by op, whose compilations are cached across calls and sizes.
+  params = nn.unbox(model.init(jax.random.key(seed), ids, ids, jnp.ones_like(ids), ids))
+  return jax.tree.map(np.asarray, params['params'])
+
+
+def params_from_hf(tensors: dict[str, np.ndarray], cfg: ModelConfig,
+                   seed: int = 0) -> tuple[Params, list[str]]:
+  """Our parameters from Hugging Face tensors; returns (params, notes on what was done)."""
+  tensors = {_canonical_key(k): v for k, v in tensors.items()}
+  params = init_params(cfg, seed)
+  entries = _mapping(cfg)
+  notes = []
+  used = set()
+  for group in ('encoder', 'pooler', 'MLM head'):
+    members = [e for e in entries if e.group == group]
+    present = [e for e in members if e.key in tensors]
+    if group == 'encoder' or present:
+      missing = [e.key for e in members if e.key not in tensors]
+      if missing:
+        raise UserError(f'the checkpoint lacks {len(missing)} {group} tensor(s), e.g. '
+                        f'{", ".join(missing[:3])}; is it a BERT of this config?')
+      for e in members:
+        value = e.to_ours(np.asarray(tensors[e.key]))
+        expected = _get(params, e.path).shape
+        if value.shape != expected:
+          raise UserError(f'{e.key} has shape {tensors[e.key].shape}, which does not fit the '
+                          f'config (expected {expected} as {"/".join(e.path)})')
+        _set(params, e.path, value.astype(np.float32))
+        used.add(e.key)
+      if group != 'encoder':
+        notes.append(f'{group}: from the checkpoint')
+    else:
+      notes.append(f'{group}: not in the checkpoint, freshly initialised (seed {seed})')
+
+  decoder = tensors.get('cls.predictions.decoder.weight')
+  if decoder is not None:
+    if not np.array_equal(decoder, tensors['bert.embeddings.word_embeddings.weight']):
+      raise UserError('cls.predictions.decoder.weight differs from the word embeddings; '
+                      'sharedbert ties them and cannot hold an untied decoder')
+    used.add('cls.predictions.decoder.weight')
+  decoder_bias = tensors.get('cls.predictions.decoder.bias')
+  if decoder_bias is not None:
+    if 'cls.predictions.bias' in tensors:
+      if not np.array_equal(decoder_bias, tensors['cls.predictions.bias']):
+        raise UserError('cls.predictions.decoder.bias differs from cls.predictions.bias')
+    else:
+      _set(params, ('mlm_head', 'output_bias'), decoder_bias.astype(np.float32))
+    used.add('cls.predictions.decoder.bias')
+
+  ignored = sorted(k for k in tensors if k not in used and (
+      k in _IGNORED_KEYS or k.startswith(_IGNORED_PREFIXES)))
+  unknown = sorted(set(tensors) - used - set(ignored))
+  if unknown:
+    raise UserError(f'the checkpoint has {len(unknown)} tensor(s) sharedbert cannot place, '
+                    f'e.g. {", ".join(unknown[:3])}')
+  if ignored:
+    notes.append(f'ignored (no counterpart): {", ".join(ignored)}')
+  dtypes = sorted({str(tensors[k].dtype) for k in used} - {'float32'})
+  if dtypes:
+    notes.append(f'converted {", ".join(dtypes)} tensors to float32')
+  return params, notes
+
+
+def hf_from_params(params: Params, cfg: ModelConfig) -> dict[str, np.ndarray]:
+  """Hugging Face tensors (BertForMaskedLM names, plus the pooler) from our parameters."""
+  hf_config_from_model(cfg)  # Refuses what BERT cannot hold.
+  return {e.key: np.ascontiguousarray(e.to_hf(np.asarray(_get(params, e.path), np.float32)))
+          for e in _mapping(cfg)}
+
+
+# ---------------------------------------------------------------------------------------
+# Files.
+
+def read_hf_dir(hf_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
+  """(config.json as a dict, tensors) of a Hugging Face model directory."""
+  from safetensors.numpy import load_file
+  config_path = os.path.join(hf_dir, 'config.json')
+  if not os.path.isfile(config_path):
+    raise UserError(f'{config_path} does not exist; --hf_dir must be a directory that '
+                    'save_pretrained wrote')
+  with open(config_path, encoding='utf-8') as f:
+    hf_config = json.load(f)
+  single = os.path.join(hf_dir, 'model.safetensors')
+  index = os.path.join(hf_dir, 'model.safetensors.index.json')
+  if os.path.isfile(single):
+    files = [single]
+  elif os.path.isfile(index):
+    with open(index, encoding='utf-8') as f:
+      shards = sorted(set(json.load(f)['weight_map'].values()))
+    files = [os.path.join(hf_dir, s) for s in shards]
+  elif os.path.isfile(os.path.join(hf_dir, 'pytorch_model.bin')):
+    raise UserError(f'{hf_dir} holds pytorch_model.bin only; save it as safetensors first '
+                    '(transformers: model.save_pretrained(dir))')
+  else:
+    raise UserError(f'{hf_dir} has no model.safetensors (or model.safetensors.index.json)')
+  tensors = {}
+  for path in files:
+    tensors.update(load_file(path))
+  return hf_config, tensors
+
+
+def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params):
+  from safetensors.numpy import save_file
+  hf_config = hf_config_from_model(cfg)
+  tensors = hf_from_params(params, cfg)
+  os.makedirs(hf_dir, exist_ok=True)
+  with open(os.path.join(hf_dir, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(hf_config, f, indent=2, sort_keys=True)
+    f.write('\n')
+  # transformers refuses safetensors files without the 'format' metadata.
+  save_file(tensors, os.path.join(hf_dir, 'model.safetensors'), metadata={'format': 'pt'})
+
+
+def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Params, dict, int]:
+  """(model config, parameters as numpy, checkpoint meta, step) of a workdir's checkpoint.
+
+  Only the parameters are read (not the optimizer state), on one device, whatever mesh
+  the checkpoint was saved from.
+  """
+  import orbax.checkpoint as ocp
+  directory = checkpoint_lib.checkpoint_dir(workdir)
+  if not os.path.isdir(directory):
+    raise UserError(f'{workdir} has no checkpoints/ directory; is it a sharedbert workdir?')
+  ckpt = checkpoint_lib.Checkpointer(workdir, None)
+  try:
+    steps = ckpt.all_steps()
+    if not steps:
+      raise UserError(f'no checkpoint in {directory}')
+    if step is None:
+      step = steps[-1]
+    elif step not in steps:
+      raise UserError(f'no checkpoint at step {step} in {directory}; steps: {steps}')
+    meta = ckpt.restore_meta(step)
+  finally:
+    ckpt.close()
+  model_cfg = ModelConfig.from_config(meta['model'])
+  path = os.path.join(directory, str(step), 'state')
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  target = {'params': jax.tree.map(
+      lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+      _abstract_params(model_cfg))}
+  restored = ocp.PyTreeCheckpointer().restore(path, args=ocp.args.PyTreeRestore(
+      item=target, restore_args=jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
+                                             target), partial_restore=True))
+  return model_cfg, jax.tree.map(np.asarray, restored['params']), meta, step
+
+
+def write_checkpoint(workdir: str, config, params: Params, *, source: str,
+                     vocab_size: int | None = None):
+  """WORKDIR/config.json and a step-0 checkpoint (train.py's layout) holding `params`.
+
+  The optimizer state is fresh, so `sharedbert.main` with this workdir resumes at step 0
+  from these parameters.
+  """
+  from sharedbert import train  # Imports TensorFlow: only when writing.
+  model_cfg = ModelConfig.from_config(config.model)
+  expected = jax.tree.map(lambda x: (x.shape, np.dtype(x.dtype)), _abstract_params(model_cfg))
+  got = jax.tree.map(lambda x: (x.shape, np.dtype(x.dtype)), params)
+  if expected != got:
+    raise ValueError('the parameters do not match the model config\'s parameter tree')
+  ckpt = checkpoint_lib.Checkpointer(workdir, None)
+  try:
+    if ckpt.latest_step() is not None:
+      raise UserError(f'{workdir} already holds a checkpoint; choose a new --workdir')
+    params = jax.tree.map(jnp.asarray, params)
+    tx, _ = train.make_optimizer(config.optim, config.total_steps)
+    zero = jnp.zeros((), jnp.int32)
+    state = train.TrainState(step=zero, params=params, opt_state=tx.init(params),
+                             skipped=zero, skipped_total=zero)
+    meta = {'model': model_cfg.to_dict(), 'vocab_size': vocab_size or model_cfg.vocab_size,
+            'seed': config.seed, 'batch_size': config.data.batch_size, 'data_position': 0,
+            'source': source}
+    ckpt.save(0, state, meta, force=True)
+    ckpt.wait()
+  finally:
+    ckpt.close()
+  train.write_config(config, workdir)
+
+
+def _abstract_params(model_cfg: ModelConfig):
+  model = BertForPretraining(model_cfg)
+  ids = jnp.zeros((1, 1), jnp.int32)
+  return nn.unbox(jax.eval_shape(
+      lambda: model.init(jax.random.key(0), ids, ids, jnp.ones_like(ids), ids)))['params']
+
+
+def read_workdir_config(workdir: str) -> ml_collections.ConfigDict:
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.isfile(path):
+    raise UserError(f'{path} does not exist; is {workdir} a sharedbert workdir?')
+  with open(path, encoding='utf-8') as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+# ---------------------------------------------------------------------------------------
+# The two directions.
+
+def _default_recipe():
+  from sharedbert import config as sb_config
+  return sb_config.pretrain_config('standard')
+
+
+def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
+  """Hugging Face directory -> sharedbert workdir; returns notes for the user."""
+  hf_config, tensors = read_hf_dir(hf_dir)
+  model_cfg = model_config_from_hf(hf_config, os.path.join(hf_dir, 'config.json'))
+  config = ml_collections.ConfigDict((config or _default_recipe()).to_dict())
+  # The architecture comes from the checkpoint; dtype, remat and the like stay the recipe's.
+  hf_model = model_cfg.to_dict()
+  for key in ARCHITECTURE_KEYS:
+    config.model[key] = hf_model[key]
+  config.hf_checkpoint = os.path.abspath(hf_dir)
+  params, notes = params_from_hf(tensors, model_cfg, seed=config.seed)
+  write_checkpoint(workdir, config, params, source=f'huggingface:{os.path.abspath(hf_dir)}',
+                   vocab_size=model_cfg.vocab_size)
+  has_vocab = os.path.isfile(os.path.join(hf_dir, 'vocab.txt'))
+  notes.append('vocabulary: not converted (Hugging Face BERT uses WordPiece'
+               f'{", " + os.path.join(hf_dir, "vocab.txt") if has_vocab else ""}; sharedbert '
+               'uses sentencepiece); tokenize with the Hugging Face tokenizer')
+  return notes
+
+
+def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
+  """sharedbert workdir -> Hugging Face directory; returns notes for the user."""
+  model_cfg, params, _, step = read_params(workdir, step)
+  write_hf_dir(hf_dir, model_cfg, params)
+  notes = [f'wrote step {step} of {workdir} to {hf_dir} (BertForMaskedLM layout, with the pooler)']
+  vocab = os.path.join(workdir, 'vocab.model')
+  if os.path.isfile(vocab):
+    shutil.copyfile(vocab, os.path.join(hf_dir, 'vocab.model'))
+    notes.append('copied vocab.model (sentencepiece; Hugging Face\'s BertTokenizer cannot read '
+                 'it: tokenize with sharedbert.data.tokenizer)')
+  return notes
+
+
+def main(argv):
+  logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.
+  try:
+    if len(argv) != 2 or argv[1] not in ('import', 'export'):
+      raise UserError('say which direction: python -m sharedbert.convert_hf import|export '
+                      '--hf_dir=... --workdir=...')
+    if not FLAGS.hf_dir or not FLAGS.workdir:
+      raise UserError('both --hf_dir and --workdir are required')
+    if argv[1] == 'import':
+      notes = import_hf(FLAGS.hf_dir, FLAGS.workdir, FLAGS.config)
+      print(f'imported {FLAGS.hf_dir} into {FLAGS.workdir} (standard attention, step 0)')
+    else:
+      notes = export_hf(FLAGS.workdir, FLAGS.hf_dir, FLAGS.step)
+    for note in notes:
+      print(f'  {note}')
+  except UserError as e:
+    if FLAGS.verbose:
+      raise
+    print(f'sharedbert.convert_hf: error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  _define_flags()
+  app.run(main)

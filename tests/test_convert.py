@@ -1,0 +1,198 @@
+"""From standard to shared / masa: least-squares fits, exact where exact is possible."""
+
+import copy
+import json
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from sharedbert import config as sb_config
+from sharedbert import convert_hf
+from sharedbert import convert_shared
+from sharedbert.errors import UserError
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+
+TINY = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=64,
+            max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
+ROLES = ('query', 'key', 'value')
+
+
+def config(attention, **kw):
+  return ModelConfig(attention=attention, **{**TINY, **kw})
+
+
+def inputs():
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, 97, (2, 9)).astype(np.int32)
+  mask = np.ones((2, 9), np.int32)
+  mask[1, 6:] = 0
+  return ids, np.zeros_like(ids), mask, rng.integers(0, 9, (2, 3)).astype(np.int32)
+
+
+def init(cfg, seed=0):
+  params = BertForPretraining(cfg).init(jax.random.key(seed), *inputs())['params']
+  rng = np.random.default_rng(seed + 1)
+  # Perturbed: non-zero biases, so that the affine fit is exercised.
+  return jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape).astype(
+      np.float32), nn.unbox(params))
+
+
+def outputs(cfg, params):
+  out = BertForPretraining(cfg).apply({'params': params}, *inputs())
+  return np.asarray(out['sequence_output']), np.asarray(out['mlm_logits'])
+
+
+def in_shared_form(params, cfg, seed=0):
+  """Standard params whose W_r, b_r are W_s diag(d_r), b_s * d_r: shared can hold them."""
+  rng = np.random.default_rng(seed)
+  params = copy.deepcopy(params)
+  for i in range(cfg.num_layers):
+    a = params['bert'][f'layer_{i}']['attention']
+    w_s, b_s = a['query']['kernel'], a['query']['bias']
+    for role in ROLES:
+      d = rng.uniform(0.5, 1.5, b_s.shape) * rng.choice([-1, 1], b_s.shape)
+      a[role] = {'kernel': (w_s * d).astype(np.float32), 'bias': (b_s * d).astype(np.float32)}
+  return params
+
+
+def layer_attention(params, i):
+  return params['bert'][f'layer_{i}']['attention']
+
+
+# ---------------------------------------------------------------------------------------
+# shared.
+
+def test_shared_fit_is_exact_where_it_can_be():
+  cfg = config('standard')
+  params = in_shared_form(init(cfg), cfg)
+  fitted, errors = convert_shared.fit_shared(layer_attention(params, 0))
+  assert max(errors.values()) < 1e-6
+  for c, role in enumerate(ROLES):
+    np.testing.assert_allclose(fitted['shared']['kernel'] * fitted['diag'][c],
+                               layer_attention(params, 0)[role]['kernel'], atol=1e-6)
+  # The whole converted model computes what the standard one does.
+  shared_cfg = config('shared')
+  converted, rows, _ = convert_shared.convert_params(params, cfg, shared_cfg)
+  assert len(rows) == cfg.num_layers
+  for a, b in zip(outputs(cfg, params), outputs(shared_cfg, converted)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+
+
+def test_shared_fit_is_the_least_squares_optimum():
+  cfg = config('standard')
+  attention = layer_attention(init(cfg, seed=3), 1)
+  fitted, errors = convert_shared.fit_shared(attention)
+
+  # Independently: per output unit, the best rank-one fit of the (D+1) x 3 matrix leaves the
+  # two smaller eigenvalues of its 3 x 3 Gram matrix.
+  m = np.stack([np.concatenate([attention[r]['kernel'].reshape(32, -1),
+                                attention[r]['bias'].reshape(1, -1)]) for r in ROLES], -1)
+  m = m.astype(np.float64).transpose(1, 0, 2)  # [N*H, D+1, 3]
+  eig = np.linalg.eigvalsh(np.einsum('jdr,jds->jrs', m, m))  # ascending
+  best = np.sqrt(eig[:, :2].sum() / eig.sum())
+  assert errors['qkv'] == pytest.approx(best, rel=1e-4)
+  assert 0.1 < errors['qkv'] < 1.0  # Random independent roles are far from shared form.
+
+  # And no nearby point does better.
+  def error_of(kernel, bias, diag):
+    total, norm = 0.0, 0.0
+    for c, role in enumerate(ROLES):
+      total += np.sum((attention[role]['kernel'] - kernel * diag[c]) ** 2)
+      total += np.sum((attention[role]['bias'] - bias * diag[c]) ** 2)
+      norm += np.sum(attention[role]['kernel'] ** 2) + np.sum(attention[role]['bias'] ** 2)
+    return np.sqrt(total / norm)
+  kernel, bias, diag = (fitted['shared']['kernel'], fitted['shared']['bias'], fitted['diag'])
+  assert error_of(kernel, bias, diag) == pytest.approx(errors['qkv'], rel=1e-4)
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    assert error_of(kernel + 1e-3 * rng.standard_normal(kernel.shape), bias,
+                    diag + 1e-2 * rng.standard_normal(diag.shape)) > errors['qkv']
+
+
+# ---------------------------------------------------------------------------------------
+# masa.
+
+def test_matrix_pca_is_exact_with_one_atom_per_layer_and_optimal_with_fewer():
+  rng = np.random.default_rng(0)
+  stack = rng.standard_normal((4, 6, 2, 3)).astype(np.float32)
+  atoms, coefficients, errors = convert_shared.fit_atoms(stack, 4)
+  assert atoms.shape == (4, 6, 2, 3) and coefficients.shape == (4, 4)
+  assert max(errors) < 1e-6
+  np.testing.assert_allclose(np.einsum('ls,s...->l...', coefficients, atoms), stack, atol=1e-5)
+
+  # Two atoms: the residual energy is the two smallest eigenvalues of the layers' Gram matrix
+  # (Eckart-Young), and the coefficients are the projections onto the atoms.
+  atoms, coefficients, errors = convert_shared.fit_atoms(stack, 2)
+  x = stack.reshape(4, -1).astype(np.float64)
+  residual = x - coefficients.astype(np.float64) @ atoms.reshape(2, -1)
+  eig = np.linalg.eigvalsh(x @ x.T)
+  assert np.sum(residual ** 2) == pytest.approx(eig[:2].sum(), rel=1e-4)
+  for l in range(4):
+    assert errors[l] == pytest.approx(np.linalg.norm(residual[l]) / np.linalg.norm(x[l]), rel=1e-4)
+  np.testing.assert_allclose(residual @ atoms.reshape(2, -1).T.astype(np.float64), 0, atol=1e-3)
+  # Coefficients of order one (atoms at the layers' scale).
+  assert 0.2 < np.sqrt(np.mean(np.sum(coefficients ** 2, axis=1))) <= 1.0 + 1e-6
+
+  with pytest.raises(UserError, match='between 1 and the number of layers'):
+    convert_shared.fit_atoms(stack, 5)
+
+
+@pytest.mark.parametrize('projections', ['qkvo', 'qv'])
+def test_masa_conversion_with_s_equal_l_reproduces_the_model(projections):
+  cfg = config('standard')
+  params = init(cfg)
+  masa_cfg = config('masa', masa_atoms=3, masa_projections=projections)
+  converted, rows, header = convert_shared.convert_params(params, cfg, masa_cfg)
+  assert header == ['layer'] + [{'q': 'query', 'k': 'key', 'v': 'value', 'o': 'out'}[t]
+                                for t in projections]
+  assert all(float(e) < 1e-6 for row in rows for e in row[1:])
+  for a, b in zip(outputs(cfg, params), outputs(masa_cfg, converted)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+
+
+def test_masa_conversion_with_fewer_atoms_reports_its_error():
+  cfg = config('standard')
+  converted, rows, _ = convert_shared.convert_params(
+      init(cfg), cfg, config('masa', masa_atoms=1, masa_projections='qkvo'))
+  assert all(0.05 < float(e) < 1.0 for row in rows for e in row[1:])
+  assert converted['bert']['shared_attention']['q']['atoms'].shape == (1, 32, 4, 8)
+
+
+# ---------------------------------------------------------------------------------------
+# Workdir to workdir.
+
+@pytest.fixture(scope='module')
+def standard_workdir(tmp_path_factory):
+  """A standard checkpoint in shared form (so that both conversions can be exact)."""
+  workdir = tmp_path_factory.mktemp('standard')
+  recipe = sb_config.pretrain_config('standard', 'tiny')
+  recipe.model.update({k: v for k, v in TINY.items()})
+  cfg = ModelConfig.from_config(recipe.model)
+  params = in_shared_form(init(cfg), cfg)
+  convert_hf.write_checkpoint(str(workdir), recipe, params, source='test')
+  (workdir / 'vocab.model').write_bytes(b'not a real vocabulary')
+  return workdir, cfg, params
+
+
+@pytest.mark.parametrize('attention,kw', [('shared', {}), ('masa', dict(masa_atoms=3))])
+def test_convert_workdir(standard_workdir, tmp_path, attention, kw):
+  source, cfg, params = standard_workdir
+  target = tmp_path / attention
+  report = convert_shared.convert_workdir(str(source), str(target), attention, **kw)
+  lines = report.splitlines()
+  assert 'Relative reconstruction error' in lines[1]
+  assert [line.split()[0] for line in lines[-3:]] == ['0', '1', '2']
+  new_cfg, new_params, meta, step = convert_hf.read_params(str(target))
+  assert new_cfg.attention == attention and step == 0 and meta['data_position'] == 0
+  assert json.loads((target / 'config.json').read_text())['model']['attention'] == attention
+  assert (target / 'vocab.model').read_bytes() == b'not a real vocabulary'
+  for a, b in zip(outputs(cfg, params), outputs(new_cfg, new_params)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+
+
+def test_convert_refuses_a_non_standard_source(tmp_path):
+  cfg = config('symmetric')
+  with pytest.raises(UserError, match='starts from a standard'):
+    convert_shared.convert_params(init(cfg), cfg, config('shared'))

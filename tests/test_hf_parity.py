@@ -1,0 +1,158 @@
+"""Hugging Face BERT parity: the golden fixture, import, export, and what a checkpoint may hold.
+
+tests/fixtures/hf_bert_tiny holds what `BertForMaskedLM.save_pretrained` wrote for a small
+random BERT and the outputs transformers computed (tools/make_hf_golden.py, which needs
+torch and transformers, regenerates it; these tests need neither).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from sharedbert import convert_hf
+from sharedbert.errors import UserError
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+
+FIXTURE = os.path.join(os.path.dirname(__file__), 'fixtures', 'hf_bert_tiny')
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope='module')
+def golden():
+  return dict(np.load(os.path.join(FIXTURE, 'golden.npz')))
+
+
+@pytest.fixture(scope='module')
+def hf():
+  return convert_hf.read_hf_dir(FIXTURE)
+
+
+def run_model(cfg: ModelConfig, params, golden):
+  """Our model on the golden inputs: logits at every position, hidden states, pooled output."""
+  ids, mask, segments = golden['input_ids'], golden['attention_mask'], golden['token_type_ids']
+  every_position = np.tile(np.arange(ids.shape[1], dtype=np.int32), (ids.shape[0], 1))
+  out = BertForPretraining(cfg).apply({'params': params}, ids, segments, mask, every_position,
+                                      return_hidden_states=True)
+  return (np.asarray(out['mlm_logits']), np.stack([np.asarray(h) for h in out['hidden_states']]),
+          np.asarray(out['pooled_output']))
+
+
+def test_fixture_is_small_and_padded(golden):
+  total = sum(os.path.getsize(os.path.join(FIXTURE, f)) for f in os.listdir(FIXTURE))
+  assert total < 300_000
+  assert golden['attention_mask'].min() == 0  # Some padding, so that the mask is exercised.
+  assert golden['hidden_states'].shape[0] == 3  # Embeddings + 2 layers.
+
+
+def test_import_reproduces_hugging_face_outputs(hf, golden):
+  hf_config, tensors = hf
+  cfg = convert_hf.model_config_from_hf(hf_config)
+  assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.mlp_dim) == (
+      99, 32, 2, 4, 37)
+  params, notes = convert_hf.params_from_hf(tensors, cfg)
+  assert 'pooler: not in the checkpoint, freshly initialised (seed 0)' in notes
+  assert 'MLM head: from the checkpoint' in notes
+  logits, hidden, _ = run_model(cfg, params, golden)
+  assert logits.shape == golden['logits'].shape
+  # Every position, padded ones included (HF computes them the same way).
+  np.testing.assert_allclose(hidden, golden['hidden_states'], atol=TOLERANCE, rtol=0)
+  np.testing.assert_allclose(logits, golden['logits'], atol=TOLERANCE, rtol=0)
+
+
+def test_a_pooler_in_the_checkpoint_is_used(hf, golden):
+  hf_config, tensors = hf
+  tensors = dict(tensors, **{'bert.pooler.dense.weight': golden['pooler_weight'],
+                             'bert.pooler.dense.bias': golden['pooler_bias']})
+  cfg = convert_hf.model_config_from_hf(hf_config)
+  params, notes = convert_hf.params_from_hf(tensors, cfg)
+  assert 'pooler: from the checkpoint' in notes
+  _, _, pooled = run_model(cfg, params, golden)
+  np.testing.assert_allclose(pooled, golden['pooled_output'], atol=TOLERANCE, rtol=0)
+
+
+def test_bert_model_layout_and_old_layer_norm_names(hf, golden):
+  """A BertModel file (no 'bert.' prefix, no MLM head) with gamma/beta LayerNorm names."""
+  hf_config, tensors = hf
+  renamed = {}
+  for key, value in tensors.items():
+    if key.startswith('cls.'):
+      continue
+    key = key[len('bert.'):]
+    key = key.replace('LayerNorm.weight', 'LayerNorm.gamma').replace('LayerNorm.bias',
+                                                                     'LayerNorm.beta')
+    renamed[key] = value
+  renamed['embeddings.position_ids'] = np.arange(16)[None]  # An old buffer: ignored.
+  cfg = convert_hf.model_config_from_hf(hf_config)
+  params, notes = convert_hf.params_from_hf(renamed, cfg)
+  assert 'MLM head: not in the checkpoint, freshly initialised (seed 0)' in notes
+  assert any('ignored' in n and 'position_ids' in n for n in notes)
+  _, hidden, _ = run_model(cfg, params, golden)
+  np.testing.assert_allclose(hidden, golden['hidden_states'], atol=TOLERANCE, rtol=0)
+
+
+def test_import_then_export_round_trips_the_files(tmp_path, hf, golden):
+  hf_config, tensors = hf
+  workdir, out = tmp_path / 'work', tmp_path / 'hf_out'
+  notes = convert_hf.import_hf(FIXTURE, str(workdir))
+  assert any('WordPiece' in n for n in notes)
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert saved['hf_checkpoint'] == os.path.abspath(FIXTURE)
+  assert saved['model']['attention'] == 'standard' and saved['model']['mlp_dim'] == 37
+
+  cfg, params, meta, step = convert_hf.read_params(str(workdir))
+  assert step == 0 and meta['data_position'] == 0 and meta['source'].startswith('huggingface:')
+  logits, _, _ = run_model(cfg, params, golden)
+  np.testing.assert_allclose(logits, golden['logits'], atol=TOLERANCE, rtol=0)
+
+  convert_hf.export_hf(str(workdir), str(out))
+  exported = load_file(str(out / 'model.safetensors'))
+  assert set(exported) - set(tensors) == {'bert.pooler.dense.weight', 'bert.pooler.dense.bias'}
+  for key, value in tensors.items():
+    np.testing.assert_array_equal(exported[key], value, err_msg=key)
+  written = json.loads((out / 'config.json').read_text())
+  for key in ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
+              'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
+              'layer_norm_eps', 'hidden_act', 'initializer_range'):
+    assert written[key] == hf_config[key], key
+  # And what was written imports to the same model again.
+  again, _ = convert_hf.params_from_hf(exported, convert_hf.model_config_from_hf(written))
+  np.testing.assert_array_equal(again['bert']['pooler']['kernel'],
+                                params['bert']['pooler']['kernel'])
+
+
+@pytest.mark.parametrize('change,match', [
+    (lambda c, t: c.update(hidden_act='relu'), 'hidden_act'),
+    (lambda c, t: c.update(position_embedding_type='relative_key'), 'position_embedding_type'),
+    (lambda c, t: t.pop('bert.encoder.layer.1.attention.self.key.weight'), 'lacks 1 encoder'),
+    (lambda c, t: t.update({'bert.encoder.layer.0.attention.self.rel.weight': np.zeros(2)}),
+     'cannot place'),
+    (lambda c, t: t.update({'cls.predictions.decoder.weight':
+                            t['bert.embeddings.word_embeddings.weight'] + 1}), 'untied'),
+    (lambda c, t: c.update(num_attention_heads=3), 'not divisible'),
+])
+def test_unsupported_checkpoints_are_user_errors(hf, change, match):
+  hf_config, tensors = dict(hf[0]), dict(hf[1])
+  change(hf_config, tensors)
+  with pytest.raises(UserError, match=match):
+    convert_hf.params_from_hf(tensors, convert_hf.model_config_from_hf(hf_config))
+
+
+def test_only_standard_exports():
+  with pytest.raises(UserError, match='only standard post-LN'):
+    convert_hf.hf_config_from_model(ModelConfig(attention='shared'))
+
+
+def test_command_line_errors_are_one_line(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'sharedbert.convert_hf', 'import', f'--hf_dir={tmp_path}/none',
+       f'--workdir={tmp_path}/work'], capture_output=True, text=True,
+      env=dict(os.environ, JAX_PLATFORMS='cpu'), cwd=os.path.dirname(os.path.dirname(__file__)))
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1].startswith('sharedbert.convert_hf: error: ')
+  assert 'config.json does not exist' in result.stderr

@@ -1,0 +1,343 @@
+"""The attention variants: the identities of DESIGN.md, NumPy references, gradients, training.
+
+Each variant reduces to another at special parameter values (shared with d=1 and one W is
+standard; partial_qk at rho=0 / rho=1 is standard / symmetric; pairwise with P=I is
+symmetric; masa with S=L and one-hot coefficients is standard); the tests build the one
+model's parameters from the other's and compare whole-model outputs.
+"""
+
+import copy
+import dataclasses
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sharedbert.errors import UserError
+from sharedbert.models import attention as attention_lib
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+
+VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'masa')
+TINY = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=64,
+            max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
+ATOL = 2e-5
+
+
+def config(attention, **kw):
+  return ModelConfig(attention=attention, **{**TINY, **kw})
+
+
+def make_inputs(b=3, t=10, p=4, vocab=97, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, vocab, (b, t)).astype(np.int32)
+  mask = np.ones((b, t), np.int32)
+  mask[1, 6:] = 0  # Padding in one row.
+  ids[mask == 0] = 0
+  segments = np.zeros((b, t), np.int32)
+  segments[:, 5:] = 1
+  positions = rng.integers(1, 6, (b, p)).astype(np.int32)
+  return ids, segments, mask, positions
+
+
+INPUTS = make_inputs()
+
+
+def init(cfg, seed=0):
+  params = BertForPretraining(cfg).init(jax.random.key(seed), *INPUTS)['params']
+  return jax.tree.map(np.asarray, nn.unbox(params))
+
+
+def perturb(params, seed=1, scale=0.1):
+  """Non-zero biases and non-unit LayerNorms, so that a misplaced tensor shows."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda x: (x + scale * rng.standard_normal(x.shape)).astype(x.dtype),
+                      params)
+
+
+def run(cfg, params):
+  out = BertForPretraining(cfg).apply({'params': params}, *INPUTS, return_hidden_states=True)
+  return np.asarray(out['sequence_output']), np.asarray(out['mlm_logits'])
+
+
+def assert_same_outputs(cfg_a, params_a, cfg_b, params_b):
+  seq_a, logits_a = run(cfg_a, params_a)
+  seq_b, logits_b = run(cfg_b, params_b)
+  np.testing.assert_allclose(seq_a, seq_b, atol=ATOL, rtol=0)
+  np.testing.assert_allclose(logits_a, logits_b, atol=ATOL, rtol=0)
+
+
+def layers(params, cfg):
+  return [params['bert'][f'layer_{i}']['attention'] for i in range(cfg.num_layers)]
+
+
+# ---------------------------------------------------------------------------------------
+# Identities.
+
+def test_shared_with_unit_diagonals_is_standard_with_one_matrix():
+  shared_cfg, standard_cfg = config('shared'), config('standard')
+  shared = perturb(init(shared_cfg))
+  for a in layers(shared, shared_cfg):
+    a['diag'] = np.ones_like(a['diag'])
+  standard = copy.deepcopy(shared)
+  for a in layers(standard, standard_cfg):
+    s = a.pop('shared')
+    del a['diag']
+    for role in ('query', 'key', 'value'):
+      a[role] = copy.deepcopy(s)
+  assert_same_outputs(shared_cfg, shared, standard_cfg, standard)
+
+
+def test_partial_qk_at_zero_is_standard():
+  cfg = config('partial_qk', qk_shared_fraction=0.0)
+  standard_cfg = config('standard')
+  params = perturb(init(standard_cfg))
+  # The same tree: at rho=0 no column is shared.
+  assert jax.tree.structure(init(cfg)) == jax.tree.structure(params)
+  assert_same_outputs(cfg, params, standard_cfg, params)
+
+
+def test_partial_qk_at_one_is_symmetric():
+  cfg = config('partial_qk', qk_shared_fraction=1.0)
+  symmetric_cfg = config('symmetric')
+  params = perturb(init(cfg))
+  symmetric = copy.deepcopy(params)
+  for a in layers(symmetric, symmetric_cfg):
+    a['query'] = a.pop('query_key')
+  assert jax.tree.structure(symmetric) == jax.tree.structure(init(symmetric_cfg))
+  assert_same_outputs(cfg, params, symmetric_cfg, symmetric)
+
+
+def test_pairwise_with_identity_is_symmetric():
+  cfg, symmetric_cfg = config('pairwise'), config('symmetric')
+  params = perturb(init(cfg))
+  eye = np.broadcast_to(np.eye(8, dtype=np.float32), (4, 8, 8)).copy()
+  for a in layers(params, cfg):
+    a['pairwise'] = eye
+  symmetric = copy.deepcopy(params)
+  for a in layers(symmetric, symmetric_cfg):
+    del a['pairwise']
+  assert_same_outputs(cfg, params, symmetric_cfg, symmetric)
+
+
+@pytest.mark.parametrize('projections', ['qkvo', 'kv'])
+def test_masa_with_one_atom_per_layer_is_standard(projections):
+  cfg = config('masa', masa_atoms=TINY['num_layers'], masa_projections=projections)
+  standard_cfg = config('standard')
+  standard = perturb(init(standard_cfg))
+  masa = copy.deepcopy(standard)
+  masa['bert']['shared_attention'] = {}
+  for t in projections:
+    name = attention_lib.MASA_TYPES[t]
+    atoms = np.stack([a[name]['kernel'] for a in layers(standard, standard_cfg)])
+    masa['bert']['shared_attention'][t] = {
+        'atoms': atoms, 'coefficients': np.eye(cfg.num_layers, dtype=np.float32)}
+    for a in layers(masa, cfg):
+      del a[name]['kernel']
+  assert jax.tree.structure(masa) == jax.tree.structure(init(cfg))
+  assert_same_outputs(cfg, masa, standard_cfg, standard)
+
+
+# ---------------------------------------------------------------------------------------
+# Each variant's attention layer against plain NumPy.
+
+def numpy_attention(q, k, v, mask, out):
+  """softmax(q k^T / sqrt(H)) v W_o + b_o over [B,T,N,H] inputs."""
+  scores = np.einsum('btnh,bsnh->bnts', q, k) / np.sqrt(q.shape[-1])
+  scores = np.where(mask[:, None, None, :] > 0, scores, -1e30)
+  probs = np.exp(scores - scores.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  heads = np.einsum('bnts,bsnh->btnh', probs, v)
+  return np.einsum('btnh,nhd->btd', heads, out['kernel']) + out['bias']
+
+
+def project(x, p):
+  return np.einsum('btd,dnh->btnh', x, p['kernel']) + p['bias']
+
+
+def numpy_qkv(name, p, x, cfg, dictionary=None, layer=0):
+  if name == 'symmetric':
+    q = project(x, p['query'])
+    return q, q, project(x, p['value'])
+  if name == 'pairwise':
+    q = project(x, p['query'])
+    return np.einsum('btnh,nhg->btng', q, p['pairwise']), q, project(x, p['value'])
+  if name == 'partial_qk':
+    both = project(x, p['query_key'])
+    q = np.concatenate([both, project(x, p['query'])], -1)
+    k = np.concatenate([both, project(x, p['key'])], -1)
+    return q, k, project(x, p['value'])
+  if name == 'masa':
+    def kernel(t):
+      d = dictionary[t]
+      return np.einsum('a,a...->...', d['coefficients'][layer], d['atoms'])
+    return tuple(project(x, {'kernel': kernel(t), 'bias': p[n]['bias']})
+                 for t, n in (('q', 'query'), ('k', 'key'), ('v', 'value')))
+  raise ValueError(name)
+
+
+@pytest.mark.parametrize('name', ['symmetric', 'pairwise', 'partial_qk', 'masa'])
+def test_attention_layer_against_numpy(name):
+  cfg = config(name, qk_shared_fraction=0.25, masa_atoms=2, masa_projections='qkvo')
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((2, 6, 32)).astype(np.float32)
+  mask = np.ones((2, 6), np.int32)
+  mask[0, 4:] = 0
+  layer = 2
+  module = attention_lib.VARIANTS[name](cfg, layer)
+  kwargs, dictionary = {}, None
+  if name == 'masa':
+    dict_module = attention_lib.MasaDictionary(cfg)
+    dictionary = perturb(jax.tree.map(np.asarray, nn.unbox(
+        dict_module.init(jax.random.key(1))['params'])))
+    kwargs['shared'] = dict_module.apply({'params': dictionary})
+  boxed_mask = mask.astype(bool)[:, None, None, :]
+  params = perturb(jax.tree.map(np.asarray, nn.unbox(module.init(
+      jax.random.key(0), x, boxed_mask, deterministic=True, **kwargs)['params'])))
+  got = module.apply({'params': params}, x, boxed_mask, deterministic=True, **kwargs)
+  q, k, v = numpy_qkv(name, params, x, cfg, dictionary, layer)
+  out = dict(params['out'])
+  if name == 'masa':
+    d = dictionary['o']
+    out['kernel'] = np.einsum('a,a...->...', d['coefficients'][layer], d['atoms'])
+  np.testing.assert_allclose(got, numpy_attention(q, k, v, mask, out), atol=1e-5, rtol=1e-5)
+  if name == 'partial_qk':  # floor(0.25 * 8) = 2 shared columns per head.
+    assert params['query_key']['kernel'].shape == (32, 4, 2)
+    assert params['query']['kernel'].shape == (32, 4, 6)
+
+
+# ---------------------------------------------------------------------------------------
+# Structure, gradients, configuration.
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_every_parameter_has_logical_axes(name):
+  model = BertForPretraining(config(name))
+  boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), *INPUTS))['params']
+  leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+  assert leaves and all(isinstance(x, nn.Partitioned) for x in leaves)
+  for x in leaves:
+    assert len(x.names) == len(x.value.shape)
+
+
+def test_masa_dictionary_belongs_to_the_encoder():
+  params = init(config('masa', masa_atoms=2, masa_projections='qkvo'))
+  assert set(params['bert']['shared_attention']) == set('qkvo')
+  assert params['bert']['shared_attention']['q']['atoms'].shape == (2, 32, 4, 8)
+  assert params['bert']['shared_attention']['o']['atoms'].shape == (2, 4, 8, 32)
+  assert params['bert']['shared_attention']['q']['coefficients'].shape == (3, 2)
+  for i in range(3):  # Each layer keeps only its biases.
+    a = params['bert'][f'layer_{i}']['attention']
+    assert {n: set(a[n]) for n in a} == {n: {'bias'} for n in ('query', 'key', 'value', 'out')}
+
+
+def test_masa_atoms_default_to_a_third_of_the_layers():
+  cfg = config('masa', masa_atoms=0, num_layers=7)
+  assert attention_lib.masa_num_atoms(cfg) == 3
+  assert init(cfg)['bert']['shared_attention']['k']['coefficients'].shape == (7, 3)
+
+
+def _grad_leaves(name):
+  cfg = config(name, masa_atoms=2)
+  params = perturb(init(cfg))
+  ids, segments, mask, positions = INPUTS
+  labels = np.random.default_rng(3).integers(0, 97, positions.shape)
+  weights = np.random.default_rng(4).standard_normal((3, 32)).astype(np.float32)
+
+  def loss(p):
+    out = BertForPretraining(cfg).apply({'params': p}, ids, segments, mask, positions)
+    logp = jax.nn.log_softmax(out['mlm_logits'])
+    ce = -jnp.take_along_axis(logp, labels[..., None], -1).mean()
+    return ce + jnp.sum(out['pooled_output'] * weights)  # The pooler gets a gradient too.
+  grads = jax.grad(loss)(params)
+  return [(jax.tree_util.keystr(path), np.asarray(g))
+          for path, g in jax.tree_util.tree_leaves_with_path(grads)]
+
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_gradients_are_finite_and_nonzero(name):
+  for path, g in _grad_leaves(name):
+    assert np.all(np.isfinite(g)), path
+    # A key bias adds q.b_k to every score of a query's row, which softmax ignores: its
+    # gradient is zero in exact arithmetic, for every variant that has one.
+    if "['key']['bias']" in path:
+      assert np.abs(g).max() < 1e-6, path
+    else:
+      assert np.abs(g).max() > 1e-7, path
+
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_padding_does_not_leak(name):
+  cfg = config(name, masa_atoms=2)
+  params = perturb(init(cfg))
+  ids, seg, mask, pos = INPUTS
+  a = BertForPretraining(cfg).apply({'params': params}, ids, seg, mask, pos)['sequence_output']
+  ids2 = ids.copy()
+  ids2[1, 6:] = 42
+  b = BertForPretraining(cfg).apply({'params': params}, ids2, seg, mask, pos)['sequence_output']
+  np.testing.assert_allclose(a[1, :6], b[1, :6], atol=1e-5)
+
+
+def test_masa_under_remat_matches():
+  cfg = config('masa', masa_atoms=2)
+  params = perturb(init(cfg))
+  assert_same_outputs(cfg, params, dataclasses.replace(cfg, remat='full'), params)
+
+
+@pytest.mark.parametrize('kw,match', [
+    (dict(attention='partial_qk', qk_shared_fraction=1.5), 'qk_shared_fraction'),
+    (dict(attention='partial_qk', qk_shared_fraction=-0.1), 'qk_shared_fraction'),
+    (dict(attention='masa', masa_projections='qkx'), 'masa_projections'),
+    (dict(attention='masa', masa_projections='qq'), 'masa_projections'),
+    (dict(attention='masa', masa_projections=''), 'masa_projections'),
+    (dict(attention='masa', masa_atoms=-1), 'masa_atoms'),
+])
+def test_bad_variant_settings_are_user_errors(kw, match):
+  with pytest.raises(UserError, match=match):
+    ModelConfig.from_config({**TINY, **kw})
+
+
+# ---------------------------------------------------------------------------------------
+# Training: every variant's :tiny preset, made tinier, learns.
+
+WORDS = ('the cat sat on a mat while seven dogs ran past the old red barn and a small bird '
+         'sang of rain wind and snow in the north field').split()
+
+
+def load_preset(name):
+  from sharedbert import params as params_lib
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return params_lib.load_config_file(os.path.join(root, 'configs', f'{name}_base.py'), 'tiny')
+
+
+@pytest.fixture(scope='module')
+def corpus(tmp_path_factory):
+  rng = np.random.default_rng(0)
+  docs = [' '.join(rng.choice(WORDS, size=rng.integers(20, 60))) + '.' for _ in range(150)]
+  path = tmp_path_factory.mktemp('corpus') / 'corpus.txt'
+  path.write_text('\n\n'.join(docs), encoding='utf-8')
+  return str(path)
+
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_tiny_preset_trains(name, corpus, tmp_path):
+  from sharedbert import train
+  cfg = load_preset(name)
+  assert cfg.model.attention == name
+  if name == 'masa':
+    assert attention_lib.masa_num_atoms(ModelConfig.from_config(cfg.model)) == 1
+  # Tinier still; no dropout, whose random bits cost more to compile than the model.
+  cfg.model.update(hidden_size=32, num_heads=2, mlp_dim=64, vocab_size=300,
+                   max_position_embeddings=32, dropout_rate=0.0, attention_dropout_rate=0.0)
+  cfg.data.update(corpus=corpus, seq_len=32, batch_size=8, max_predictions=5,
+                  vocab_train_sentences=1000)
+  cfg.optim.update(lr=3e-3, warmup_steps=2)
+  cfg.update(total_steps=24, log_every_steps=4, eval_every_steps=24, eval_batches=1)
+  cfg.ckpt.update(every_steps=24, async_save=False)
+  train.train_and_evaluate(cfg, str(tmp_path))
+  with open(tmp_path / 'metrics.jsonl') as f:
+    losses = [r['loss'] for r in map(json.loads, f) if 'loss' in r]
+  assert len(losses) == 6 and all(np.isfinite(losses))
+  assert losses[-1] < losses[0] - 0.5, losses
