@@ -54,6 +54,9 @@ def run(config, workdir: str) -> dict:
   if mode == 'finetune':
     from sharedbert import finetune
     return finetune.finetune_and_evaluate(config, workdir)
+  if mode == 'study':
+    from sharedbert import study
+    return {'report': study.run_study(config, workdir)}
   raise UserError(f'unknown config.mode {mode!r}')
 
 

@@ -193,9 +193,15 @@ class BertEncoder(nn.Module):
     self.pooler = dense(c, c.hidden_size, ('embed', None), 'pooler')
 
   def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True,
-               return_hidden_states: bool = False):
-    """input_mask: [B,T], 1 for real tokens and 0 for padding."""
+               return_hidden_states: bool = False, embedding_noise=None):
+    """input_mask: [B,T], 1 for real tokens and 0 for padding.
+
+    embedding_noise: optional [B,T,D] noise in units of each sequence's embedding std
+    (`add_embedding_noise`; sharedbert.robustness); None (the default) adds nothing.
+    """
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
+    if embedding_noise is not None:
+      x = add_embedding_noise(x, embedding_noise, input_mask)
     x = nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
     mask = input_mask.astype(bool)[:, None, None, :]
     shared = self.shared() if self.shared is not None else None
@@ -214,6 +220,23 @@ class BertEncoder(nn.Module):
 
   def attend(self, x):
     return self.embeddings.attend(x)
+
+
+def add_embedding_noise(x, noise, input_mask):
+  """x + noise * sigma, where sigma is the std of x over the sequence's real tokens.
+
+  x: the embedding output [B,T,D] (after LayerNorm); noise: [B,T,D], typically
+  level * N(0, 1), so that `level` is the noise std as a fraction of the embeddings' std.
+  sigma is per sequence (all D features of its non-pad tokens), so it does not depend on
+  batching; padding gets no noise. A zero `noise` returns x unchanged, bit for bit.
+  """
+  m = input_mask.astype(jnp.float32)[..., None]
+  xf = x.astype(jnp.float32)
+  count = jnp.maximum(m.sum(axis=(1, 2)) * x.shape[-1], 1.0)
+  mean = (xf * m).sum(axis=(1, 2)) / count
+  var = (jnp.square(xf - mean[:, None, None]) * m).sum(axis=(1, 2)) / count
+  sigma = jnp.sqrt(var)[:, None, None]
+  return (xf + noise.astype(jnp.float32) * sigma * m).astype(x.dtype)
 
 
 def gather_positions(x, positions):
@@ -259,9 +282,11 @@ class BertForSequenceClassification(nn.Module):
   num_labels: int
 
   @nn.compact
-  def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True):
+  def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True,
+               embedding_noise=None):
     out = BertEncoder(self.config, name='bert')(input_ids, segment_ids, input_mask,
-                                                 deterministic=deterministic)
+                                                 deterministic=deterministic,
+                                                 embedding_noise=embedding_noise)
     h = nn.Dropout(self.config.dropout_rate)(out['pooled_output'], deterministic=deterministic)
     return dense(self.config, self.num_labels, ('embed', None), 'classifier')(h).astype(
         jnp.float32)

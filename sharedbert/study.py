@@ -1,0 +1,434 @@
+r"""The controlled study: every variant under one recipe, read from one report.
+
+  python -m sharedbert.study --config=configs/study.py:cpu --workdir=W
+  python -m sharedbert.study --config=configs/study.py:cpu --workdir=W --report_only
+
+Stages, in order (configs/study.py describes every key):
+  1. pretraining: each variant from configs/<variant>_base.py:<pretrain.arg> with the
+     same overrides; the first variant learns the vocabulary and every other variant
+     reuses that file, so all see the same token ids, rows, masks and batch order.
+  2. GLUE: sharedbert.finetune (its TaskRun, one per variant and task, and its run_seed)
+     with configs/glue.py plus `glue.override`, seeds 0..seeds-1.
+  3. robustness (sharedbert.robustness) and cross-domain transfer (sharedbert.crossdomain)
+     on each fine-tuned model, right after it is trained (fine-tuned weights are not kept).
+  4. SQuAD (sharedbert.squad), when squad.versions is set.
+  5. W/report.md and W/*.png (sharedbert.study_report).
+
+Workdir layout:
+  config.json                                the study config
+  pretrain/<variant>/                        a sharedbert.train workdir; study_done.json when finished
+  glue/<variant>/<task>/seed_<s>/            sharedbert.finetune's per-seed files (metrics.json, dev predictions)
+  runs/<variant>/<task>/seed_<s>.json        one fine-tuned model: GLUE dev record, robustness,
+                                             cross-domain, timings (its presence = finished)
+  squad/<variant>/v<version>/seed_<s>.json   SQuAD results
+  report.md, *.png
+
+A killed study resumes with the same command: finished pretraining runs and every run
+whose result file exists are skipped (result files are written to a temporary name and
+renamed). Fine-tuning a seed is redone if its result file is missing, so robustness and
+cross-domain always see the weights the GLUE figures came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import shutil
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import ml_collections
+import numpy as np
+
+from sharedbert.errors import UserError
+
+FLAGS = flags.FLAGS
+
+REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            'configs')
+DONE_FILE = 'study_done.json'
+
+
+# ---------------------------------------------------------------------------------------
+# Small helpers.
+
+def write_json(path: str, obj) -> None:
+  """Writes atomically: a reader (or a resume) never sees a half-written file."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    json.dump(obj, f, indent=1, default=_json_default)
+    f.write('\n')
+  os.replace(tmp, path)
+
+
+def read_json(path: str):
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def _json_default(x):
+  if isinstance(x, np.integer):
+    return int(x)
+  if isinstance(x, np.floating):
+    return float(x)
+  if isinstance(x, np.ndarray):
+    return x.tolist()
+  raise TypeError(f'not JSON serializable: {type(x)}')
+
+
+def merge_overrides(config: ml_collections.ConfigDict, override, where: str) -> None:
+  """Sets every leaf of `override` in `config`; a key `config` lacks is a user error."""
+  for key, value in override.items():
+    if key not in config:
+      raise UserError(f'{where}.{key} is not a key of the config it overrides; known: '
+                      f'{", ".join(sorted(config.keys()))}')
+    if isinstance(value, (ml_collections.ConfigDict, dict)):
+      merge_overrides(config[key], value, f'{where}.{key}')
+    else:
+      config[key] = copy.deepcopy(value)
+
+
+def load_config_file(path: str, arg):
+  from sharedbert import params as params_lib
+  return params_lib.load_config_file(path, arg)
+
+
+def variants_of(config) -> list[str]:
+  from sharedbert.models import attention as attention_lib
+  variants = list(config.variants)
+  missing = [v for v in variants if v not in attention_lib.VARIANTS]
+  if missing:
+    raise UserError(f'config.variants lists {missing}, not implemented here; known: '
+                    f'{", ".join(attention_lib.VARIANTS)}')
+  if not variants:
+    raise UserError('config.variants is empty')
+  return variants
+
+
+def pretrain_config(config, variant: str):
+  path = os.path.join(REPO_CONFIGS, f'{variant}_base.py')
+  cfg = load_config_file(path, config.pretrain.arg or None)
+  merge_overrides(cfg, config.pretrain.override, 'config.pretrain.override')
+  cfg.model.attention = variant
+  return cfg
+
+
+def glue_config(config, init_from: str, task: str):
+  cfg = load_config_file(os.path.join(REPO_CONFIGS, 'glue.py'), None)
+  merge_overrides(cfg, config.glue.override, 'config.glue.override')
+  cfg.init_from = init_from
+  cfg.task = task
+  cfg.seeds = int(config.seeds)
+  cfg.seed = 0
+  if cfg.eval.select_best_epoch:
+    raise UserError('the study reports the last epoch; leave glue.override.eval.select_best_epoch '
+                    'False (selecting on the dev set it reports is optimistic)')
+  return cfg
+
+
+# ---------------------------------------------------------------------------------------
+# Stage 1: pretraining.
+
+def pretrain_dir(workdir: str, variant: str) -> str:
+  return os.path.join(workdir, 'pretrain', variant)
+
+
+def read_metrics_jsonl(path: str) -> list[dict]:
+  if not os.path.isfile(path):
+    return []
+  out = []
+  with open(path, encoding='utf-8') as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        try:
+          out.append(json.loads(line))
+        except json.JSONDecodeError:
+          pass  # A line cut by a kill.
+  return out
+
+
+def pretrain_summary(run_dir: str) -> dict:
+  """Final held-out MLM figures and the mean step time from a run's metrics.jsonl."""
+  lines = read_metrics_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
+  train = [l for l in lines if 'loss' in l and 'step_time' in l]
+  evals = [l for l in lines if 'eval_loss' in l]
+  step_times = [l['step_time'] for l in train]
+  out = {'steps': max((l.get('step', 0) for l in lines), default=0),
+         'step_time_mean': float(np.mean(step_times)) if step_times else None,
+         'step_time_median': float(np.median(step_times)) if step_times else None}
+  if evals:
+    last = evals[-1]
+    out.update(eval_loss=last['eval_loss'], eval_mlm_accuracy=last.get('eval_mlm_accuracy'),
+               eval_majority_accuracy=last.get('eval_majority_accuracy'))
+  if train:
+    out['train_loss'] = train[-1]['loss']
+  return out
+
+
+def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
+  from sharedbert import train as train_lib
+  from sharedbert.data import tokenizer as tokenizer_lib
+  summaries = {}
+  shared_vocab = os.path.join(pretrain_dir(workdir, variants[0]), tokenizer_lib.VOCAB_FILE)
+  for variant in variants:
+    run_dir = pretrain_dir(workdir, variant)
+    done = os.path.join(run_dir, DONE_FILE)
+    if os.path.isfile(done):
+      summaries[variant] = read_json(done)
+      logging.info('study: pretraining %s already finished (%s)', variant, run_dir)
+      continue
+    cfg = pretrain_config(config, variant)
+    os.makedirs(run_dir, exist_ok=True)
+    vocab = os.path.join(run_dir, tokenizer_lib.VOCAB_FILE)
+    if variant != variants[0] and not os.path.isfile(vocab):
+      # One vocabulary for all: the same token ids, hence the same rows and batches.
+      shutil.copyfile(shared_vocab, vocab)
+    logging.info('study: pretraining %s for %d steps in %s', variant, cfg.total_steps, run_dir)
+    t0 = time.time()
+    train_lib.train_and_evaluate(cfg, run_dir)
+    summary = pretrain_summary(run_dir)
+    summary.update(variant=variant, wall_s=round(time.time() - t0, 1),
+                   total_steps=int(cfg.total_steps), batch_size=int(cfg.data.batch_size),
+                   seq_len=int(cfg.data.seq_len), seed=int(cfg.seed))
+    write_json(done, summary)
+    summaries[variant] = summary
+  return summaries
+
+
+# ---------------------------------------------------------------------------------------
+# Stages 2 and 3: GLUE fine-tuning, robustness and cross-domain per fine-tuned model.
+
+def run_file(workdir: str, variant: str, task: str, seed: int) -> str:
+  return os.path.join(workdir, 'runs', variant, task, f'seed_{seed}.json')
+
+
+def traced_task_run(base_cls):
+  """A finetune.TaskRun subclass that keeps the params of each seed's last dev evaluation."""
+  class TracedTaskRun(base_cls):
+    last_params = None
+
+    def evaluate_dev(self, params):
+      # Called after every epoch with the current params; the last call's are the final
+      # weights (the study reports the last epoch). Nothing donates them after that.
+      self.last_params = params
+      return super().evaluate_dev(params)
+  return TracedTaskRun
+
+
+def _transfers_from(config, task: str):
+  from sharedbert import crossdomain
+  return [t for t in (crossdomain.get_transfer(p) for p in config.crossdomain.pairs)
+          if t.source == task]
+
+
+def _glue_source(config):
+  d = config.glue.override.get('data', {})
+  return d.get('glue_dir', '') or None, d.get('tfds_data_dir', '') or None
+
+
+def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
+  """Fine-tunes `variant` on `task` for every seed whose result file is missing."""
+  seeds = list(range(int(config.seeds)))
+  todo = [s for s in seeds if not os.path.isfile(run_file(workdir, variant, task, s))]
+  if not todo:
+    logging.info('study: %s %s: all %d seeds finished', variant, task, len(seeds))
+    return
+  import flax.linen as nn
+  import jax
+  from sharedbert import crossdomain
+  from sharedbert import finetune
+  from sharedbert import robustness
+  from sharedbert import sharding
+  from sharedbert.metrics import glue as glue_metrics
+
+  init_from = pretrain_dir(workdir, variant)
+  cfg = glue_config(config, init_from, task)
+  ft_dir = os.path.join(workdir, 'glue', variant)
+  os.makedirs(ft_dir, exist_ok=True)
+  finetune.validate(cfg)
+  mesh = sharding.make_mesh(cfg.mesh)
+  axis_rules = sharding.rules(cfg)
+  pretrained = finetune.open_pretrained(init_from)
+  target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+  encoder_params, step = finetune.restore_encoder_params(init_from, target)
+  t0 = time.time()
+  run = traced_task_run(finetune.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
+                                          encoder_params, step, ft_dir)
+  setup_s = time.time() - t0
+  spec = run.spec
+  dev_split = spec.dev_splits[0]
+
+  rob = config.robustness
+  do_robustness = task in tuple(rob.tasks)
+  if do_robustness:
+    noisy_predict = robustness.make_noisy_predict(run.model)
+    feats = run.features[dev_split]
+    noise_batches = robustness.make_batches(feats.input_ids, feats.segment_ids,
+                                            int(rob.eval_batch_size))
+    dev_labels = feats.labels
+
+    def task_score(logits):
+      preds = logits[:, 0] if spec.is_regression else np.argmax(logits, axis=-1)
+      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, dev_labels))
+
+  transfers = []
+  glue_dir, tfds_dir = _glue_source(config)
+  for t in _transfers_from(config, task):
+    examples = crossdomain.load_target_examples(
+        t, glue_dir=glue_dir, tfds_data_dir=config.crossdomain.tfds_data_dir or tfds_dir,
+        max_examples=int(config.crossdomain.max_target_examples))
+    # Tokenized as the source task's inputs; the labels are read from the examples.
+    tf_feats = finetune.featurize(examples, pretrained.tokenizer, cfg.data.seq_len, spec)
+    tf_feats = tf_feats.crop(min(cfg.data.seq_len, -(-int(tf_feats.lengths.max()) // 8) * 8))
+    labels = np.asarray([ex.label for ex in examples], np.float64)
+    transfers.append((t, tf_feats, labels))
+
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    for i, seed in enumerate(todo):
+      # A missing result file means this seed's weights are gone: fine-tune it again.
+      seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
+      if os.path.isfile(seed_metrics):
+        os.remove(seed_metrics)
+      run.last_params = None
+      t_seed = time.time()
+      record = run.run_seed(seed, seeds_left=len(todo) - i - 1, is_chief=True)
+      finetune_s = time.time() - t_seed
+      params = run.last_params
+      if params is None:
+        raise RuntimeError('finetune.TaskRun.run_seed did not evaluate the dev set')
+      result = {
+          'variant': variant, 'task': task, 'seed': seed,
+          'dev_split': dev_split,
+          'score': record['dev'][dev_split]['score'],
+          'metrics': record['dev'][dev_split]['metrics'],
+          'score_ci': record['dev'][dev_split]['score_ci'],
+          'predictions': np.asarray(record['dev'][dev_split]['predictions']).tolist(),
+          'labels': np.asarray(run.features[dev_split].labels).tolist(),
+          'majority_baseline': run.majority_baseline(dev_split),
+          'num_train': len(run.train), 'num_train_total': run.num_train_total,
+          'num_epochs': int(cfg.num_epochs), 'steps': record['steps'],
+          'epoch_time_s': [e['time_s'] for e in record['epochs']],
+          'finetune_wall_s': round(finetune_s, 2), 'setup_s': round(setup_s, 2),
+          'pretrained_step': step,
+      }
+      if do_robustness:
+        t_rob = time.time()
+        result['robustness'] = robustness.evaluate(
+            noisy_predict, params, noise_batches, task_score, list(rob.levels),
+            list(range(int(rob.noise_seeds))))
+        result['robustness']['wall_s'] = round(time.time() - t_rob, 2)
+      result['crossdomain'] = {}
+      threshold = float(config.crossdomain.stsb_threshold)
+      for t, tf_feats, labels in transfers:
+        outputs = run.predict(params, tf_feats)
+        entry = crossdomain.score(t, outputs, labels, threshold)
+        entry['mapping'] = crossdomain.describe(t, threshold)
+        result['crossdomain'][t.name] = entry
+      write_json(run_file(workdir, variant, task, seed), result)
+      logging.info('study: %s %s seed %d: dev score %.4f%s', variant, task, seed,
+                   result['score'],
+                   ''.join(f'; {k} {v["score"]:.4f}' for k, v in result['crossdomain'].items()))
+      run.last_params = params = None
+
+
+def run_glue(config, workdir: str, variants: list[str]) -> None:
+  for task in config.glue.tasks:
+    for variant in variants:
+      run_glue_task(config, workdir, variant, task)
+
+
+# ---------------------------------------------------------------------------------------
+# Stage 4: SQuAD.
+
+def run_squad(config, workdir: str, variants: list[str]) -> None:
+  versions = tuple(config.squad.versions)
+  if not versions:
+    return
+  from sharedbert import squad
+  for version in versions:
+    for variant in variants:
+      for seed in range(int(config.seeds)):
+        path = os.path.join(workdir, 'squad', variant, f'v{version}', f'seed_{seed}.json')
+        if os.path.isfile(path):
+          continue
+        result = squad.finetune_and_evaluate(
+            config.squad, version=version, init_from=pretrain_dir(workdir, variant), seed=seed,
+            workdir=os.path.dirname(path))
+        write_json(path, result)
+
+
+# ---------------------------------------------------------------------------------------
+# The whole study.
+
+def write_study_config(config, workdir: str) -> None:
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, 'config.json')
+  new = json.loads(config.to_json_best_effort())
+  if os.path.isfile(path):
+    old = read_json(path)
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
+                     and k not in ('report_only',))
+    if changed:
+      logging.warning('study: the config differs from the one in %s in %s; finished runs '
+                      'are kept as they are', path, ', '.join(changed))
+  write_json(path, new)
+
+
+def run_study(config, workdir: str, *, report_only: bool = False) -> str:
+  """Runs (or resumes) every stage, then writes W/report.md; returns its path."""
+  from sharedbert import study_report
+  workdir = os.path.abspath(os.fspath(workdir))
+  variants = variants_of(config)
+  if not report_only:
+    write_study_config(config, workdir)
+    t0 = time.time()
+    run_pretraining(config, workdir, variants)
+    logging.info('study: pretraining done (%.0fs)', time.time() - t0)
+    run_glue(config, workdir, variants)
+    run_squad(config, workdir, variants)
+    logging.info('study: all runs done (%.0fs)', time.time() - t0)
+  path = study_report.write_report(config, workdir, variants)
+  logging.info('study: wrote %s', path)
+  return path
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  import jax
+  import tensorflow as tf
+  tf.config.set_visible_devices([], 'GPU')  # TensorFlow only reads data.
+  # A resumed study recompiles nothing it compiled before, and tasks of equal shapes share
+  # their programs.
+  if not jax.config.jax_compilation_cache_dir and '://' not in FLAGS.workdir:
+    jax.config.update('jax_compilation_cache_dir', os.path.join(FLAGS.workdir, 'jax_cache'))
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
+  try:
+    run_study(FLAGS.config, FLAGS.workdir, report_only=FLAGS.report_only)
+  except UserError as e:
+    if FLAGS.verbose:
+      raise
+    print(f'sharedbert.study: error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+def _define_flags():
+  from ml_collections import config_flags
+  config_flags.DEFINE_config_file('config', None, 'The study config (configs/study.py:PRESET).',
+                                  lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Where the study writes everything.')
+  flags.DEFINE_bool('report_only', False, 'Only (re)write the report from finished runs.')
+  flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
+  flags.mark_flags_as_required(['config', 'workdir'])
+
+
+if __name__ == '__main__':
+  _define_flags()
+  app.run(main)
