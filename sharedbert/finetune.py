@@ -110,6 +110,9 @@ def _tfds_has_task(spec, data_dir: str) -> bool:
 def resolve_tasks(config) -> list[str]:
   """config.task ('cola', 'cola,mrpc' or 'all') as task names, in GLUE's order for 'all'."""
   d = config.data
+  if d.glue_dir and not os.path.isdir(d.glue_dir):
+    raise UserError(f'data.glue_dir={d.glue_dir} does not exist; point it at the folder '
+                    'holding CoLA/, SST-2/, ... (the glue_data layout)')
   if config.task.strip().lower() == 'all':
     if d.glue_dir:
       found = glue.available_tasks(d.glue_dir)
@@ -381,15 +384,16 @@ class TaskRun:
         self.test_splits.append(split)
     tok = pretrained.tokenizer
     feats = {k: featurize(v, tok, d.seq_len, spec) for k, v in splits.items()}
-    # Pad to the task's longest sequence, not to seq_len: the same results (padding is
-    # masked out), several times faster on short-sentence tasks.
-    longest = max(int(f.lengths.max()) for f in feats.values() if len(f))
-    self.length = min(d.seq_len, -(-longest // 8) * 8)
-    self.features = {k: f.crop(self.length) for k, f in feats.items()}
+    # Each split is padded to its longest sequence, not to seq_len: the same results
+    # (padding is masked out), several times faster on short-sentence tasks.
+    self.features = {k: f.crop(min(d.seq_len, -(-int(f.lengths.max(initial=1)) // 8) * 8))
+                     for k, f in feats.items()}
     self.train = self.features['train']
+    self.length = self.train.input_ids.shape[1]  # The one compiled training shape.
     truncated = int(np.sum(self.train.lengths >= d.seq_len))
-    logging.info('%s: %d train examples%s, dev %s, test %s; padded length %d (%d train pairs '
-                 'truncated to %d); read and tokenized in %.1fs', spec.name, len(self.train),
+    logging.info('%s: %d train examples%s, dev %s, test %s; train padded to %d (%d train '
+                 'pairs reach the seq_len limit %d); read and tokenized in %.1fs', spec.name,
+                 len(self.train),
                  f' (a fixed subset of {self.num_train_total})'
                  if len(self.train) < self.num_train_total else '',
                  {s: len(self.features[s]) for s in spec.dev_splits},

@@ -234,6 +234,9 @@ def test_task_resolution(tmp_path):
     c.task = bad
     with pytest.raises(UserError):
       finetune.resolve_tasks(c)
+  c.task, c.data.glue_dir = 'cola', str(tmp_path / 'missing')
+  with pytest.raises(UserError, match='does not exist'):
+    finetune.resolve_tasks(c)
   c.task, c.data.glue_dir = 'all', ''
   c.data.tfds_data_dir = str(tmp_path / 'empty_tfds')
   with pytest.raises(UserError, match='found no GLUE task'):
