@@ -4,12 +4,15 @@ Each checkpoint holds two items: `state` (step, parameters, optimizer state, cou
 saved asynchronously, and `meta` (JSON: the model config, the input pipeline's position,
 the vocabulary size) used to check that a resume is compatible. Orbax writes each step to
 a temporary directory and renames it when complete, so a kill during a save never leaves
-a half-written step that a resume would pick up. A latest step that fails to restore (a
-truncated file, say) is reported and the previous one is used.
+a half-written step that a resume would pick up (the writer removes such leftovers when it
+starts). A latest step that fails to restore (a truncated or missing file, say) is
+reported and the previous one is used; `set_aside_damaged` then moves the damaged steps
+out of the way, so that the resumed run can save those steps again.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from absl import logging
@@ -18,6 +21,7 @@ import orbax.checkpoint as ocp
 from sharedbert.errors import UserError
 
 CHECKPOINT_DIR = 'checkpoints'
+DAMAGED_DIR = 'checkpoints-damaged'
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -42,8 +46,12 @@ class Checkpointer:
         preservation_policy=(policies.LatestN(int(ckpt_cfg.max_to_keep))
                              if ckpt_cfg is not None else None),
         enable_async_checkpointing=bool(ckpt_cfg.async_save) if ckpt_cfg is not None else False,
+        # A kill during an async save leaves `<step>.orbax-checkpoint-tmp*`, which no
+        # reader takes for a checkpoint; the next writer deletes it.
+        cleanup_tmp_directories=not read_only,
         create=not read_only, read_only=read_only)
     self.directory = checkpoint_dir(workdir)
+    self.damaged_steps: list[int] = []  # Steps that `restore` found unreadable.
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_names=('state', 'meta'))
 
@@ -67,35 +75,77 @@ class Checkpointer:
   def restore_meta(self, step: int) -> dict:
     return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
 
+  def latest_meta(self) -> tuple[int, dict] | None:
+    """(step, meta) of the newest step whose meta reads, or None if there is no step."""
+    for s in self.all_steps()[::-1]:
+      try:
+        return s, self.restore_meta(s)
+      except Exception as e:  # A damaged step: restore() will report and skip it too.
+        logging.warning('checkpoint %d in %s: its metadata does not read (%s)', s,
+                        self.directory, _first_line(e))
+    return None
+
   def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
     """Restores into `abstract_state` (ShapeDtypeStructs with the target shardings).
 
-    With step=None tries the latest step, then older ones if it is damaged. Returns
-    (state, meta, step).
+    With step=None tries the latest step, then older ones while they fail to restore
+    (`damaged_steps` lists those). Returns (state, meta, step).
     """
     steps = [step] if step is not None else self.all_steps()[::-1]
     if not steps:
       raise UserError(f'no checkpoint found in {self.directory}')
     errors = []
+    self.damaged_steps = []
     for s in steps:
       try:
         out = self.manager.restore(s, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-        if errors:
-          logging.warning('restored step %d instead of the damaged later step(s): %s', s,
-                          '; '.join(errors))
-        return out['state'], out['meta'], s
-      except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f'checkpoint step {s} in {self.directory} does not fit this model: '
-                        f'{str(e).splitlines()[0][:300]}') from e
-      except Exception as e:  # A damaged step: log it and try the one before.
-        msg = f'step {s}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""}'
-        logging.error('checkpoint %s is damaged (%s)', s, msg)
+      except Exception as e:  # pylint: disable=broad-except
+        # Damage shows as many types (JSON, tensorstore, ValueError on a missing file).
+        msg = f'step {s}: {_first_line(e)}'
+        logging.error('checkpoint %d in %s is damaged and cannot be restored: %s', s,
+                      self.directory, msg)
         errors.append(msg)
-    raise UserError(f'no checkpoint in {self.directory} could be restored: {"; ".join(errors)}')
+        self.damaged_steps.append(s)
+        continue
+      if errors:
+        logging.warning('restored checkpoint %d instead of the damaged later step(s) %s',
+                        s, ', '.join(str(d) for d in self.damaged_steps))
+      return out['state'], out['meta'], s
+    raise UserError(f'no checkpoint in {self.directory} could be restored ({"; ".join(errors)}); '
+                    f'move {self.directory} away to start over, or use another --workdir')
 
   def wait(self):
     self.manager.wait_until_finished()
+    # Orbax runs the removal of unfinished saves in the background and waits for it only
+    # at the next save; a run that stops before saving must not leave it half done.
+    getattr(self.manager, '_maybe_await_cleanup_tmp_directory', lambda: None)()
 
   def close(self):
     self.manager.close()
+
+
+def set_aside_damaged(workdir: str, steps: list[int]):
+  """Moves damaged steps to WORKDIR/checkpoints-damaged/, out of the manager's sight."""
+  import tensorflow as tf
+  if not steps:
+    return
+  dest_root = workdir.rstrip('/') + '/' + DAMAGED_DIR
+  tf.io.gfile.makedirs(dest_root)
+  for s in steps:
+    src = f'{checkpoint_dir(workdir)}/{s}'
+    dst = f'{dest_root}/{s}-{time.strftime("%Y%m%d-%H%M%S")}'
+    try:
+      tf.io.gfile.rename(src, dst)
+      logging.warning('moved the damaged checkpoint %s to %s', src, dst)
+    except Exception as e:  # Object stores cannot rename directories: delete it instead.
+      logging.warning('could not move the damaged checkpoint %s (%s); deleting it', src,
+                      _first_line(e))
+      tf.io.gfile.rmtree(src)
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip()
+  line = text.splitlines()[0] if text else ''
+  line = line.split(' See full TensorStore details')[0]  # The rest is a repr, not details.
+  return f'{type(e).__name__}: {line[:200]}'

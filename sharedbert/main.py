@@ -7,13 +7,21 @@ r"""The entry point: `python -m sharedbert.main --config=CONFIG[:ARG] --workdir=
   --verbose  show the full traceback of a user error.
 
 Dispatches on config.mode: 'pretrain' (sharedbert.train), 'finetune' (sharedbert.finetune,
-configs/glue.py). Exit codes: 0 done; 2 a user
-error (one line on stderr, the workdir left as it was); 143 preempted by SIGTERM after
-saving a checkpoint (run the same command again to resume).
+configs/glue.py). Exit codes:
+  0    done.
+  2    a user error: a bad flag, config value, path or workdir, said in one line on stderr
+       (the traceback with --verbose); the workdir is left as it was.
+  3    stopped after optim.max_skipped_steps consecutive non-finite steps; the last good
+       checkpoint is kept (lower optim.lr, then run the same command to resume).
+  143  preempted (SIGTERM, or orbax's preemption notice) after saving a checkpoint at the
+       current step: run the same command again to resume.
+A run killed outright (SIGKILL, a lost node) resumes from its last checkpoint when the
+same command is run again.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging as logging_std
 import os
 import sys
@@ -22,6 +30,7 @@ from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+from ml_collections.config_flags import config_path
 
 from sharedbert.errors import UserError
 
@@ -31,6 +40,8 @@ config_flags.DEFINE_config_file('config', None, 'Experiment config file (see con
 flags.DEFINE_string('workdir', None, 'Directory for everything this run writes.')
 flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 flags.mark_flags_as_required(['config', 'workdir'])
+
+USER_ERROR_EXIT_CODE = 2
 
 
 def _init_distributed():
@@ -81,14 +92,97 @@ def main(argv):
     if FLAGS.verbose:
       raise
     print(f'sharedbert: error: {e}', file=sys.stderr)
-    sys.exit(2)
+    sys.exit(train.DIVERGED_EXIT_CODE if isinstance(e, train.Diverged) else USER_ERROR_EXIT_CODE)
   except train.Preempted as e:
     logging.warning('%s', e)
     sys.exit(train.PREEMPTED_EXIT_CODE)
 
 
+def _verbose_requested(argv: list[str]) -> bool:
+  return any(a in ('--verbose', '-verbose') or a.lower() in ('--verbose=true', '--verbose=1')
+             for a in argv)
+
+
+def _a(type_name: str) -> str:
+  return f'an {type_name}' if type_name[0] in 'aeiou' else f'a {type_name}'
+
+
+def _unknown_override(argv: list[str], config_arg: str) -> str:
+  """Names the --config.KEY override whose key does not exist, with a close match if any."""
+  from ml_collections.config_flags.config_flags import ConfigFileFlagParser
+  config = ConfigFileFlagParser('config', lock_config=False).parse(config_arg)
+  for arg in argv:
+    if not arg.startswith('--config.'):
+      continue
+    path = arg[len('--config.'):].split('=', 1)[0]
+    try:
+      config_path.get_value(path, config)
+      continue
+    except (AttributeError, KeyError, IndexError, ValueError):
+      pass
+    parent, _, leaf = path.rpartition('.')
+    try:
+      keys = list((config_path.get_value(parent, config) if parent else config).keys())
+    except Exception:  # pylint: disable=broad-except
+      keys = []
+    close = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.5)
+    hint = (f'did you mean config.{parent + "." if parent else ""}{close[0]}?' if close else
+            f'python -m sharedbert.main --config={config_arg} --helpfull lists the keys')
+    return f'unknown config key config.{path} (in {arg}); {hint}'
+  return f'unknown config key in {" ".join(a for a in argv if a.startswith("--config."))}'
+
+
+def _flag_error_message(error: Exception, argv: list[str]) -> str | None:
+  """One line for a mistake in the flags or the config, or None for a bug (traceback)."""
+  config_arg = ([a.split('=', 1)[1] for a in argv if a.startswith('--config=')] or [''])[-1]
+  if isinstance(error, UserError):  # Raised by the config file's get_config(arg).
+    return f'{error} (in --config={config_arg})'
+  if isinstance(error, (AttributeError, KeyError)):  # An override of a key that does not exist.
+    try:
+      return _unknown_override(argv, config_arg)
+    except Exception:  # pylint: disable=broad-except
+      return None
+  if isinstance(error, OSError):  # The config file itself did not load.
+    detail = str(error).strip().splitlines()[-1].strip()
+    return (f'cannot load the config file of --config={config_arg} ({detail}); pass an '
+            'existing file, e.g. --config=configs/shared_base.py:tiny')
+  first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+  if isinstance(error, flags.IllegalFlagValueError) and first_line.startswith('flag --config.'):
+    flag, _, detail = first_line[len('flag '):].partition(': ')
+    name = flag.split('=', 1)[0][2:]
+    try:
+      default = config_path.get_value(name[len('config.'):], FLAGS['config'].value)
+      example = f', e.g. {default!r}' if len(repr(default).splitlines()) == 1 else ''
+      expected = f'{name} takes {_a(type(default).__name__)}{example}'
+    except Exception:  # pylint: disable=broad-except
+      expected = f'check the value of {name}'
+    return f'{flag}: {expected} ({detail})'
+  if isinstance(error, flags.Error):
+    return f'{first_line} (python -m sharedbert.main --helpfull lists the flags)'
+  return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a mistake in a flag or the config said in one line (exit 2).
+
+  Config overrides are checked here, before main() runs: an unknown key, a value of the
+  wrong type, a config file that does not load. --verbose shows the traceback instead.
+  """
+  try:
+    rest = FLAGS(argv)
+    if FLAGS['config'].present:
+      FLAGS.config.get('mode')  # A config file that failed to load raises only when used.
+    return rest
+  except Exception as e:  # pylint: disable=broad-except
+    message = _flag_error_message(e, argv)
+    if message is None or _verbose_requested(argv):
+      raise
+    print(f'sharedbert: error: {message}', file=sys.stderr)
+    sys.exit(USER_ERROR_EXIT_CODE)
+
+
 def entry():
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == '__main__':

@@ -2,7 +2,9 @@
 
 Only the chief process (process 0) writes; the others accept the calls and do nothing.
 metrics.jsonl has one JSON object a line, always with 'step'; the TensorBoard event files
-are under WORKDIR/tensorboard.
+are under WORKDIR/tensorboard. A resumed run first drops the lines after the step it
+resumes from (a killed run wrote them, and they will be written again), so metrics.jsonl
+stays one history; TensorBoard itself discards the events of a restarted step range.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ def _fmt(key, value):
 
 class MetricWriter:
 
-  def __init__(self, workdir: str, *, enabled: bool = True):
+  def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int | None = None):
+    """With `resume_step`, first keeps only the lines up to that step (see the docstring)."""
     self.enabled = enabled
     if not enabled:
       return
     self.path = workdir.rstrip('/') + '/metrics.jsonl'
+    if resume_step is not None:
+      drop_lines_after(self.path, resume_step)
     self._tb = tf.summary.create_file_writer(workdir.rstrip('/') + '/tensorboard')
 
   def write(self, step: int, metrics: dict, *, prefix: str = 'train', extra: str = ''):
@@ -50,3 +55,33 @@ class MetricWriter:
   def close(self):
     if self.enabled:
       self._tb.close()
+
+
+def drop_lines_after(path: str, step: int) -> int:
+  """Keeps the lines of `path` with 'step' <= step (and drops a torn last line).
+
+  Rewrites the file through a temporary one and a rename, so a kill leaves either the old
+  or the new file. Returns the number of lines dropped.
+  """
+  if not tf.io.gfile.exists(path):
+    return 0
+  with tf.io.gfile.GFile(path, 'r') as f:
+    text = f.read()
+  lines = text.splitlines()
+  kept = []
+  for line in lines:
+    try:
+      record = json.loads(line)
+    except ValueError:  # Torn by a kill in mid-write.
+      continue
+    if isinstance(record, dict) and int(record.get('step', 0)) <= step:
+      kept.append(line)
+  if len(kept) == len(lines) and (not text or text.endswith('\n')):
+    return 0
+  tmp = path + '.tmp'
+  with tf.io.gfile.GFile(tmp, 'w') as f:
+    f.write(''.join(line + '\n' for line in kept))
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+  logging.info('%s: dropped %d line(s) after step %d, written by an earlier, interrupted run',
+               path, len(lines) - len(kept), step)
+  return len(lines) - len(kept)

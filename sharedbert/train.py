@@ -29,6 +29,9 @@ import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
+from sharedbert import workdir_lock
+from sharedbert.data import sources
+from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, prefetch
 from sharedbert.errors import UserError
 from sharedbert.metric_writer import MetricWriter
@@ -39,10 +42,15 @@ from sharedbert.models.bert import BertForPretraining, ModelConfig
 NO_DECAY_NAMES = ('bias', 'scale', 'output_bias', 'diag', 'coefficients')
 
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: the scheduler may restart the same command.
+DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
 
 
 class Preempted(Exception):
   """Raised after the checkpoint at a preemption has been saved."""
+
+
+class Diverged(UserError):
+  """optim.max_skipped_steps consecutive steps had a non-finite loss or gradient."""
 
 
 class TrainState(struct.PyTreeNode):
@@ -70,6 +78,13 @@ def validate(config):
   if d.batch_size % config.optim.grad_accum_steps:
     raise UserError(f'data.batch_size={d.batch_size} is not divisible by '
                     f'optim.grad_accum_steps={config.optim.grad_accum_steps}')
+  if config.optim.max_skipped_steps <= 0:
+    raise UserError('optim.max_skipped_steps must be positive, got '
+                    f'{config.optim.max_skipped_steps}')
+  rules = config.mesh.logical_axis_rules
+  if not isinstance(rules, (tuple, list)) or not all(
+      isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], str) for r in rules):
+    raise UserError(f'mesh.logical_axis_rules must be (name, mesh axes) pairs, got {rules!r}')
   ModelConfig.from_config(config.model)
 
 
@@ -214,13 +229,22 @@ def eval_step(params, batch, *, model):
 # The loop.
 
 class _SignalFlag:
-  """Remembers a SIGTERM so that the loop can save and exit at a step boundary."""
+  """Remembers a SIGTERM so that the loop can save and exit at a step boundary.
 
-  def __init__(self):
+  Only for a single process: with several, JAX's preemption service owns SIGTERM and the
+  processes agree on the step to save at (`Checkpointer.reached_preemption`); a handler
+  here would replace JAX's, and processes seeing the signal at different steps would
+  save at different steps.
+  """
+
+  def __init__(self, enabled: bool = True):
+    self.enabled = enabled
     self.raised = False
     self._previous = None
 
   def __enter__(self):
+    if not self.enabled:
+      return self
     try:
       self._previous = signal.signal(signal.SIGTERM, self._handle)
     except ValueError:  # Not the main thread (e.g. some notebook runners): no handler.
@@ -237,8 +261,10 @@ class _SignalFlag:
 
 
 def _mean_metrics(history: list[dict]) -> dict:
+  # float64, so that values restored from a checkpoint's JSON average exactly as on device.
   stacked = jax.device_get(history)
-  return {k: float(np.mean([h[k] for h in stacked])) for k in stacked[0]}
+  keys = [k for k in stacked[-1] if all(k in h for h in stacked)]
+  return {k: float(np.mean(np.asarray([h[k] for h in stacked], np.float64))) for k in keys}
 
 
 def evaluate(eval_fn, params, batches, mesh) -> dict:
@@ -260,8 +286,10 @@ def majority_baseline(batches) -> float:
 
 
 def write_config(config, workdir):
-  with tf.io.gfile.GFile(os.path.join(workdir, 'config.json'), 'w') as f:
+  path = os.path.join(workdir, 'config.json')
+  with tf.io.gfile.GFile(path + '.tmp', 'w') as f:
     f.write(config.to_json_best_effort(indent=2, sort_keys=True) + '\n')
+  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)  # A kill never leaves half a file.
 
 
 def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
@@ -276,45 +304,97 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
   if diffs:
     raise UserError(f'the checkpoint in {workdir} is of another model ({"; ".join(diffs)}); '
                     'use another --workdir, or pass --config.restart=True to set the old '
-                    'checkpoints aside and start over')
+                    'run aside and start over')
 
 
-def _set_aside_checkpoints(workdir: str):
-  src = checkpoint_lib.checkpoint_dir(workdir)
-  if tf.io.gfile.exists(src):
-    dst = f'{src}.old-{time.strftime("%Y%m%d-%H%M%S")}'
-    tf.io.gfile.rename(src, dst)
-    logging.warning('config.restart: moved the old checkpoints to %s', dst)
+# What a run leaves in its workdir; config.restart moves these of the old run aside.
+RUN_OUTPUTS = (checkpoint_lib.CHECKPOINT_DIR, 'metrics.jsonl', 'tensorboard', 'vocab.model',
+               'config.json')
+
+
+def _set_aside_old_run(workdir: str):
+  dst = os.path.join(workdir, f'replaced-{time.strftime("%Y%m%d-%H%M%S")}')
+  tf.io.gfile.makedirs(dst)
+  for name in RUN_OUTPUTS:
+    if tf.io.gfile.exists(os.path.join(workdir, name)):
+      tf.io.gfile.rename(os.path.join(workdir, name), os.path.join(dst, name))
+  logging.warning('config.restart: moved the incompatible old run to %s; starting over', dst)
+
+
+def _check_corpus(d):
+  """Fails on a corpus that is missing, empty or not text, or a tfds dataset that is not
+  prepared. Local corpora are read here and again by the pipeline: small, by design."""
+  if sources.is_tfds(d.corpus):
+    sources.open_tfds_split(sources.tfds_builder(d.corpus, d.tfds_data_dir), 'train')
+  elif d.corpus != 'demo':
+    docs = sources.in_memory_documents(d.corpus)
+    for split in ('train', 'eval'):
+      sources.split_documents(docs, split, d.eval_fraction)
+
+
+def preflight(config):
+  """The checks of a config that need no workdir: they run before anything is written."""
+  validate(config)
+  mesh = sharding.make_mesh(config.mesh)
+  if config.data.batch_size % sharding.data_parallel_size(mesh):
+    raise UserError(f'data.batch_size={config.data.batch_size} is not divisible by the '
+                    f'data-parallel size {sharding.data_parallel_size(mesh)} (mesh.data * '
+                    'mesh.fsdp); choose a batch size that is a multiple of it')
+  _check_corpus(config.data)
+
+
+def check_workdir(config, workdir: str) -> bool:
+  """Checks what the workdir holds against the config, before anything is written.
+
+  Returns True when the old run must be set aside: its checkpoint is of another model and
+  config.restart is set. Without config.restart that is a UserError.
+  """
+  model_cfg = ModelConfig.from_config(config.model)
+  if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
+    reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
+    try:
+      found = reader.latest_meta()
+    finally:
+      reader.close()
+    if found is not None:
+      try:
+        _check_compatible(found[1], model_cfg, workdir)
+      except UserError:
+        if not config.restart:
+          raise
+        return True
+  vocab_path = os.path.join(workdir, tokenizer_lib.VOCAB_FILE)
+  if tf.io.gfile.exists(vocab_path):
+    pieces = tokenizer_lib.load(vocab_path).vocab_size
+    if pieces > config.model.vocab_size:
+      raise UserError(f'the vocabulary {vocab_path} of this workdir has {pieces} pieces but '
+                      f'model.vocab_size is {config.model.vocab_size}; raise model.vocab_size '
+                      'or use another --workdir')
+  return False
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-  """Pretrains per `config`, writing everything under `workdir`; returns the last metrics."""
-  validate(config)
+  """Pretrains per `config`, writing everything under `workdir`; returns the last metrics.
+
+  Every check that a user's mistake can fail runs before the first write, so a bad input
+  leaves the workdir as it was. Process 0 holds the workdir's lock while the run lives.
+  """
   workdir = os.fspath(workdir)
+  preflight(config)
+  set_aside = check_workdir(config, workdir)  # Only reads, so a refusal leaves no lock file.
+  with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
+    return _train(config, workdir, set_aside_old_run=set_aside)
+
+
+def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   is_chief = jax.process_index() == 0
   mesh = sharding.make_mesh(config.mesh)
   axis_rules = sharding.rules(config)
-  if config.data.batch_size % sharding.data_parallel_size(mesh):
-    raise UserError(f'data.batch_size={config.data.batch_size} is not divisible by the '
-                    f'data-parallel size {sharding.data_parallel_size(mesh)} (mesh.data * mesh.fsdp)')
   model_cfg = ModelConfig.from_config(config.model)
   tf.io.gfile.makedirs(workdir)
-
-  ckpt = checkpoint_lib.Checkpointer(workdir, config.ckpt)
-  latest = ckpt.latest_step()
-  if latest is not None:
-    meta = ckpt.restore_meta(latest)
-    if config.restart:
-      try:
-        _check_compatible(meta, model_cfg, workdir)
-      except UserError:
-        ckpt.close()
-        if is_chief:
-          _set_aside_checkpoints(workdir)
-        ckpt = checkpoint_lib.Checkpointer(workdir, config.ckpt)
-        latest = None
-    else:
-      _check_compatible(meta, model_cfg, workdir)
+  if set_aside_old_run and is_chief:
+    _set_aside_old_run(workdir)
+  _sync('set_aside_old_run')
 
   if is_chief:
     write_config(config, workdir)
@@ -331,23 +411,42 @@ def train_and_evaluate(config, workdir: str) -> dict:
   state, state_shardings = create_train_state(model, tx, init_rng, mesh, axis_rules,
                                               d.seq_len, d.max_predictions)
   start_step = 0
-  if latest is not None:
+  pending_metrics = []  # Per-step metrics since the last log line, kept across a resume.
+  reader = None
+  if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
+    reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
+  if reader is not None and reader.latest_step() is not None:
     target = abstract_state(state_shardings, model, tx, d.seq_len, d.max_predictions)
     del state
-    state, meta, restored = ckpt.restore(target)
-    start_step = int(meta['data_position'])
-    logging.info('Resuming from the checkpoint at step %d in %s', restored, ckpt.directory)
+    state, restored_meta, restored = reader.restore(target)
+    start_step = int(restored_meta['data_position'])
+    pending_metrics = restored_meta.get('pending_metrics', [])
+    logging.info('Resuming from the checkpoint at step %d in %s', restored, reader.directory)
+    # Batches and dropout are functions of (seed, batch size, step): other values resume
+    # the training, but not the original run's sequence.
+    for key, now in (('seed', config.seed), ('batch_size', d.batch_size)):
+      if restored_meta.get(key, now) != now:
+        logging.warning('the checkpoint was made with %s=%s and this run has %s=%s: from '
+                        'step %d on, batches and dropout differ from the original run',
+                        key, restored_meta[key], key, now, start_step)
+    if is_chief:
+      checkpoint_lib.set_aside_damaged(workdir, reader.damaged_steps)
   else:
     logging.info('Starting a new run in %s', workdir)
+  if reader is not None:
+    reader.close()
+  _sync('restored')
+  ckpt = checkpoint_lib.Checkpointer(workdir, config.ckpt)
 
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
   logging.info('Model: %s attention, %s parameters; mesh %s; %d devices, %d processes',
                model_cfg.attention, f'{n_params:,}', dict(mesh.shape), jax.device_count(),
                jax.process_count())
-  writer = MetricWriter(workdir, enabled=is_chief)
+  writer = MetricWriter(workdir, enabled=is_chief, resume_step=start_step)
   if start_step >= config.total_steps:
     logging.info('Nothing to do: the checkpoint is at step %d and total_steps is %d',
                  start_step, config.total_steps)
+    ckpt.wait()
     ckpt.close()
     return {'step': start_step}
 
@@ -367,7 +466,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   meta = {'model': model_cfg.to_dict(), 'vocab_size': data.tokenizer.vocab_size,
           'seed': config.seed, 'batch_size': d.batch_size}
   last = {}
-  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules), _SignalFlag() as sigterm:
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules), _SignalFlag(
+      enabled=jax.process_count() == 1) as sigterm:
     # Compile once, ahead of the loop, and say what it costs.
     t0 = time.time()
     first = sharding.global_batch(next(batches), mesh)
@@ -375,20 +475,46 @@ def train_and_evaluate(config, workdir: str) -> dict:
     mem = compiled.memory_analysis()
     logging.info('Compiled the train step in %.1fs%s', time.time() - t0,
                  f'; device memory: {_memory_text(mem)}' if mem is not None else '')
-    history = []
+    history = list(pending_metrics)
     interval_start, interval_steps = time.time(), 0
     batch = first
+    # Consecutive non-finite (skipped) steps. Each step's flag is read once the next step
+    # is queued, so that checking every step never leaves the device idle.
+    streak = int(jax.device_get(state.skipped))
+    unread_flag = None
+
+    def check_streak(step_done):
+      nonlocal streak, unread_flag
+      if unread_flag is None:
+        return
+      streak = streak + 1 if float(unread_flag) else 0
+      unread_flag = None
+      if streak >= config.optim.max_skipped_steps:
+        ckpt.wait()
+        good = ckpt.latest_step()
+        ckpt.close()
+        writer.close()
+        kept = (f'the last good checkpoint (step {good}) is kept in {ckpt.directory}'
+                if good is not None else 'no checkpoint had been saved')
+        raise Diverged(
+            f'{streak} consecutive steps (up to step {step_done}) had a non-finite loss or '
+            f'gradient, optim.max_skipped_steps={config.optim.max_skipped_steps}; stopped, '
+            f'and {kept}. Lower optim.lr (or check the data), then run again to resume')
+
     for step in range(start_step, config.total_steps):
       if step > start_step:
         batch = sharding.global_batch(next(batches), mesh)
       state, metrics = compiled(state, batch)
+      check_streak(step)  # The previous step's.
+      unread_flag = metrics['skipped']
       history.append(metrics)
       interval_steps += 1
       done = step + 1
+      if done == config.total_steps:
+        check_streak(done)
       if done % config.log_every_steps == 0 or done == config.total_steps:
         last = _mean_metrics(history)
         history = []
-        skipped_now = int(jax.device_get(state.skipped))
         elapsed = time.time() - interval_start
         step_time = elapsed / interval_steps
         last.update(tokens_per_sec=tokens_per_step / step_time, step_time=step_time,
@@ -396,20 +522,23 @@ def train_and_evaluate(config, workdir: str) -> dict:
         eta = (config.total_steps - done) * step_time
         writer.write(done, last, extra=f' eta={_duration(eta)}')
         interval_start, interval_steps = time.time(), 0
-        if skipped_now >= config.optim.max_skipped_steps:
-          ckpt.wait()
-          ckpt.close()
-          raise UserError(
-              f'{skipped_now} consecutive steps had a non-finite loss or gradient (up to step '
-              f'{done}); stopping. The last good checkpoint is kept in {ckpt.directory}; '
-              'lower optim.lr or check the data')
       if done % config.eval_every_steps == 0 or done == config.total_steps:
         ev = evaluate(eval_fn, state.params, data.eval_batches, mesh)
         writer.write(done, ev, prefix='eval')
         last.update(ev)
       preempted = sigterm.raised or ckpt.reached_preemption(done)
       if ckpt.should_save(done) or done == config.total_steps or preempted:
-        ckpt.save(done, state, {**meta, 'data_position': done}, force=True)
+        check_streak(done)  # This step's flag: the save waits for the step anyway.
+        if streak and not preempted and done != config.total_steps:
+          # Keep the last good checkpoint: none from inside a run of non-finite steps.
+          logging.warning('not saving the checkpoint of step %d: the last %d step(s) were '
+                          'non-finite', done, streak)
+        else:
+          # The metrics since the last log line go along, so that the first log line
+          # after a resume averages the same steps as an uninterrupted run.
+          pending = [{k: float(v) for k, v in m.items()} for m in jax.device_get(history)]
+          ckpt.save(done, state, {**meta, 'data_position': done, 'pending_metrics': pending},
+                    force=True)
       if preempted:
         ckpt.wait()
         ckpt.close()

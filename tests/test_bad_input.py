@@ -1,0 +1,252 @@
+"""Bad input: one clear line, a non-zero exit, no traceback unless --verbose, and the
+workdir left exactly as it was (or not created).
+
+Flag and config mistakes go through the real command line (they fail while absl parses
+the flags, before main() runs, so each process takes a second). The checks that need
+the training module run in this process against `train.train_and_evaluate`, the function
+the command calls, and one of them again through the command line for its exit code.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import config as sb_config
+from sharedbert import metric_writer
+from sharedbert import train
+from sharedbert import workdir_lock
+from sharedbert.data import glue
+from sharedbert.errors import UserError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=str(REPO))
+
+
+def cli(*args, timeout=900):
+  return subprocess.run([sys.executable, '-m', 'sharedbert.main', *args], cwd=REPO, env=ENV,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def listing(workdir: pathlib.Path):
+  """Every path under workdir with its size and mtime; None if it does not exist."""
+  if not workdir.exists():
+    return None
+  return {str(p.relative_to(workdir)): (p.stat().st_size, p.stat().st_mtime_ns)
+          for p in [workdir, *sorted(workdir.rglob('*'))]}
+
+
+@pytest.mark.parametrize('flag, message', [
+    ('--config.optim.lrate=1e-3',
+     "unknown config key config.optim.lrate (in --config.optim.lrate=1e-3); "
+     "did you mean config.optim.lr?"),
+    ('--config.colour=red',
+     'unknown config key config.colour (in --config.colour=red); python -m sharedbert.main '
+     '--config=configs/shared_base.py:tiny --helpfull lists the keys'),
+    ('--config.total_steps=abc',
+     "--config.total_steps=abc: config.total_steps takes an int, e.g. 300 (invalid literal "
+     "for int() with base 10: 'abc')"),
+    ('--config.model.dropout_rate=high',
+     "--config.model.dropout_rate=high: config.model.dropout_rate takes a float, e.g. 0.1 "
+     "(could not convert string to float: 'high')"),
+    ('--config=configs/no_such_variant.py',
+     "cannot load the config file of --config=configs/no_such_variant.py ([Errno 2] No such "
+     "file or directory: 'configs/no_such_variant.py'); pass an existing file, e.g. "
+     "--config=configs/shared_base.py:tiny"),
+    ('--config=configs/shared_base.py:size=huge',
+     "unknown model size 'huge'; choose one of base, small, tiny (in "
+     "--config=configs/shared_base.py:size=huge)"),
+])
+def test_config_mistakes_are_one_line_before_main(tmp_path, flag, message):
+  workdir = tmp_path / 'run'
+  result = cli('--config=configs/shared_base.py:tiny', flag, f'--workdir={workdir}')
+  assert result.returncode == 2
+  assert result.stderr == f'sharedbert: error: {message}\n'
+  assert not workdir.exists()
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+  result = cli('--config=configs/shared_base.py:tiny', '--config.total_steps=abc',
+               f'--workdir={tmp_path / "run"}', '--verbose')
+  assert result.returncode != 0
+  assert 'Traceback (most recent call last)' in result.stderr
+  assert 'sharedbert: error' not in result.stderr
+
+
+def test_error_in_training_setup_through_the_command_line(tmp_path):
+  workdir = tmp_path / 'run'
+  result = cli('--config=configs/shared_base.py:tiny', '--config.total_steps=0',
+               f'--workdir={workdir}')
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert [l for l in result.stderr.splitlines() if 'error' in l.lower()] == [
+      'sharedbert: error: total_steps must be positive, got 0']
+  assert 'Traceback' not in result.stderr
+  assert not workdir.exists()
+
+
+# ---------------------------------------------------------------------------------------
+# The checks of train_and_evaluate, in this process (8 CPU devices, see conftest.py).
+
+@pytest.fixture
+def corpus(tmp_path):
+  path = tmp_path / 'corpus.txt'
+  path.write_text(''.join(f'document {i} has some words in it, and more words.\n\n'
+                          for i in range(60)))
+  return path
+
+
+def tiny_config(corpus, **overrides):
+  config = sb_config.pretrain_config('shared', 'tiny')
+  config.model.update(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64, vocab_size=512)
+  config.data.update(batch_size=8, seq_len=32, max_predictions=5, corpus=str(corpus))
+  for path, value in overrides.items():
+    *parents, leaf = path.split('.')
+    node = config
+    for name in parents:
+      node = node[name]
+    node[leaf] = value
+  return config
+
+
+def not_text(tmp_path):
+  path = tmp_path / 'corpus.bin'
+  path.write_bytes(b'\x00\x01\x02 binary' * 100)
+  return str(path)
+
+
+def empty(tmp_path):
+  path = tmp_path / 'empty.txt'
+  path.write_text('\n\n   \n')
+  return str(path)
+
+
+def no_txt_files(tmp_path):
+  (tmp_path / 'texts').mkdir()
+  (tmp_path / 'texts' / 'notes.md').write_text('words')
+  return str(tmp_path / 'texts')
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (dict(total_steps=0), 'total_steps must be positive, got 0'),
+    ({'model.attention': 'sharde'}, "unknown attention variant 'sharde' (config.model.attention)"),
+    ({'data.corpus': lambda t: str(t / 'missing.txt')}, 'corpus path {tmp}/missing.txt does '
+     'not exist; set config.data.corpus to demo, a .txt file or directory, or tfds:NAME'),
+    ({'data.corpus': empty}, 'corpus {tmp}/empty.txt is empty: no text found'),
+    ({'data.corpus': not_text}, 'corpus file {tmp}/corpus.bin is not text (it contains NUL '
+     'bytes)'),
+    ({'data.corpus': no_txt_files}, 'corpus directory {tmp}/texts has no .txt files; point '
+     'config.data.corpus at a .txt file or a directory of them'),
+    ({'data.corpus': 'tfds:imdb_reviews', 'data.tfds_data_dir': lambda t: str(t / 'tfds')},
+     "tfds dataset 'imdb_reviews/plain_text/1.0.0' is not prepared in {tmp}/tfds; this "
+     'machine cannot download it. Prepare it where there is network access (tfds build '
+     'imdb_reviews/plain_text --data_dir=DIR) and set config.data.tfds_data_dir=DIR'),
+    ({'mesh.data': 3}, "mesh {'data': 3, 'fsdp': 1, 'tensor': 1} has 3 devices but 8 are "
+     'available'),
+    ({'data.batch_size': 12}, 'data.batch_size=12 is not divisible by the data-parallel size 8 '
+     '(mesh.data * mesh.fsdp); choose a batch size that is a multiple of it'),
+])
+def test_bad_config_or_data_writes_nothing(tmp_path, corpus, overrides, message):
+  resolved = {k: (v(tmp_path) if callable(v) else v) for k, v in overrides.items()}
+  workdir = tmp_path / 'run'
+  with pytest.raises(UserError) as e:
+    train.train_and_evaluate(tiny_config(corpus, **resolved), str(workdir))
+  assert message.replace('{tmp}', str(tmp_path)) in str(e.value)
+  assert '\n' not in str(e.value)
+  assert not workdir.exists()
+
+
+@pytest.fixture
+def workdir_of_another_model(tmp_path):
+  """A workdir whose checkpoint is of `standard` attention, width 64."""
+  workdir = tmp_path / 'run'
+  ckpt = checkpoint_lib.Checkpointer(str(workdir), ml_collections.ConfigDict(
+      dict(every_steps=1, max_to_keep=3, async_save=False)))
+  model = tiny_config('demo').model.to_dict()
+  model.update(attention='standard', hidden_size=64)
+  ckpt.save(5, {'w': np.zeros(3, np.float32)}, {'model': model, 'data_position': 5}, force=True)
+  ckpt.wait()
+  ckpt.close()
+  (workdir / 'metrics.jsonl').write_text('{"step": 5, "loss": 6.0}\n')
+  return workdir
+
+
+def test_checkpoint_of_another_model_is_refused(corpus, workdir_of_another_model):
+  workdir = workdir_of_another_model
+  before = listing(workdir)
+  with pytest.raises(UserError) as e:
+    train.train_and_evaluate(tiny_config(corpus), str(workdir))
+  assert str(e.value) == (
+      f"the checkpoint in {workdir} is of another model (attention: checkpoint 'standard' vs "
+      "config 'shared'; hidden_size: checkpoint 64 vs config 32); use another --workdir, or "
+      'pass --config.restart=True to set the old run aside and start over')
+  assert listing(workdir) == before
+
+
+def test_restart_sets_the_old_run_aside(corpus, workdir_of_another_model):
+  workdir = workdir_of_another_model
+  config = tiny_config(corpus, restart=True)
+  assert train.check_workdir(config, str(workdir)) is True
+  train._set_aside_old_run(str(workdir))
+  [aside] = [p for p in workdir.iterdir()]
+  assert aside.name.startswith('replaced-')
+  assert sorted(p.name for p in aside.iterdir()) == ['checkpoints', 'metrics.jsonl']
+  assert train.check_workdir(config, str(workdir)) is False
+
+
+def test_workdir_locked_by_a_live_run(corpus, tmp_path):
+  workdir = tmp_path / 'run'
+  holder = workdir_lock.WorkdirLock(str(workdir))
+  holder.acquire()  # flock: a second open file description conflicts, even in one process.
+  try:
+    before = listing(workdir)
+    with pytest.raises(UserError) as e:
+      train.train_and_evaluate(tiny_config(corpus), str(workdir))
+    assert str(e.value).startswith(f'workdir {workdir} is in use by another run (pid '
+                                   f'{os.getpid()} on host ')
+    assert listing(workdir) == before
+  finally:
+    holder.release()
+  assert not workdir.exists()  # The lock created it and, empty, removed it.
+
+
+def test_stale_lock_file_does_not_block(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / workdir_lock.LOCK_FILE).write_text('pid 999999 on host gone, started long ago\n')
+  with workdir_lock.hold(str(workdir)):
+    assert f'pid {os.getpid()} ' in (workdir / workdir_lock.LOCK_FILE).read_text()
+  assert list(workdir.iterdir()) == []
+
+
+def test_metrics_after_the_resume_step_are_dropped(tmp_path):
+  path = tmp_path / 'metrics.jsonl'
+  path.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.5}\n'
+                  '{"step": 2, "eval_loss": 2.4}\n{"step": 3, "loss": 2.0}\n{"step": 4, "lo')
+  assert metric_writer.drop_lines_after(str(path), 2) == 2  # Step 3 and the torn line.
+  assert path.read_text() == ('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.5}\n'
+                              '{"step": 2, "eval_loss": 2.4}\n')
+  assert metric_writer.drop_lines_after(str(path), 2) == 0
+  assert not (tmp_path / 'metrics.jsonl.tmp').exists()
+
+
+# ---------------------------------------------------------------------------------------
+# GLUE data (the reader the fine-tuning command uses).
+
+def test_glue_missing_split_and_malformed_row(tmp_path):
+  (tmp_path / 'RTE').mkdir()
+  (tmp_path / 'RTE' / 'train.tsv').write_text(
+      'index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tA.\tnot_entailment\n')
+  with pytest.raises(UserError) as e:
+    glue.read_glue_dir(str(tmp_path), 'rte', 'train')
+  assert str(e.value).startswith(f'{tmp_path}/RTE/train.tsv:3: expected 4 tab-separated '
+                                 'columns, found 3; fix or remove this row')
+  with pytest.raises(UserError) as e:
+    glue.read_glue_dir(str(tmp_path), 'rte', 'validation')
+  assert str(e.value).startswith(f'GLUE split file missing: {tmp_path}/RTE/dev.tsv not found')
+  for error in (e.value,):
+    assert '\n' not in str(error)
