@@ -9,6 +9,7 @@ of heads, FFN and vocabulary). Modules annotate every parameter with logical axi
 
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -56,9 +57,38 @@ def rules(config) -> tuple:
 
 
 def logical_shardings(abstract_tree, mesh, axis_rules):
-  """NamedShardings for a tree of (possibly boxed) abstract values, from their axis names."""
+  """NamedShardings for a tree of (possibly boxed) abstract values, from their axis names.
+
+  Raises a UserError naming the first array whose dimension the mesh cannot split evenly.
+  """
   specs = nn.get_partition_spec(abstract_tree)
-  return nn.logical_to_mesh_sharding(specs, mesh, axis_rules)
+  shardings = nn.logical_to_mesh_sharding(specs, mesh, axis_rules)
+  check_divisible(abstract_tree, specs, shardings)
+  return shardings
+
+
+def _path_text(path) -> str:
+  return '/'.join(str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k)))) for k in path)
+
+
+def check_divisible(abstract_tree, logical_specs, shardings):
+  """Every sharded dimension must be a multiple of the mesh axes it is split over."""
+  values = jax.tree_util.tree_leaves_with_path(nn.unbox(abstract_tree))
+  names = jax.tree.leaves(logical_specs, is_leaf=lambda x: isinstance(x, P))
+  for (path, value), logical, named in zip(values, names, jax.tree.leaves(shardings)):
+    mesh_sizes = named.mesh.shape
+    for dim, axes in enumerate(named.spec):
+      if axes is None:
+        continue
+      axes = (axes,) if isinstance(axes, str) else tuple(axes)
+      parts = math.prod(mesh_sizes[a] for a in axes)
+      if value.shape[dim] % parts:
+        where = ' x '.join(f'mesh.{a}={mesh_sizes[a]}' for a in axes)
+        raise UserError(
+            f'{_path_text(path)} has shape {tuple(value.shape)}: its dimension {dim} (size '
+            f'{value.shape[dim]}, logical axis {logical[dim]!r}) cannot be split over {where}; '
+            'choose mesh sizes that divide it, or map that logical axis elsewhere in '
+            'config.mesh.logical_axis_rules')
 
 
 def batch_sharding(mesh) -> NamedSharding:
@@ -73,7 +103,32 @@ def data_parallel_size(mesh) -> int:
   return mesh.shape['data'] * mesh.shape['fsdp']
 
 
+@functools.lru_cache(maxsize=None)
+def process_batch_block(mesh) -> tuple[int, int]:
+  """Which rows of every global batch this process feeds: block `index` of `count`.
+
+  The global batch is cut into `count` equal blocks of consecutive rows. The devices of
+  this process hold the rows of one block: usually (index, count) is (process_index,
+  process_count), but processes whose devices hold the same batch shards (a mesh whose
+  'tensor' axis spans hosts, say) read the same block, and the input pipeline must give
+  them the same rows.
+  """
+  dp = data_parallel_size(mesh)
+  rows = sorted({index[0].start or 0 for index in
+                 batch_sharding(mesh).addressable_devices_indices_map((dp,)).values()})
+  size = len(rows)
+  if rows != list(range(rows[0], rows[0] + size)) or rows[0] % size:
+    raise UserError(
+        f'the mesh {dict(mesh.shape)} gives process {jax.process_index()} the batch shards '
+        f'{rows} of {dp}, which are not one block of consecutive shards; choose mesh sizes '
+        'that give each host whole rows of the (data, fsdp) grid, e.g. mesh.data = the number '
+        'of hosts')
+  return rows[0] // size, dp // size
+
+
 def global_batch(local_batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
-  """Assembles each process's rows into one global array sharded over the batch axes."""
+  """Assembles each process's block of rows into global arrays sharded over the batch axes."""
   sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+  _, count = process_batch_block(mesh)
+  return {k: jax.make_array_from_process_local_data(sharding, v, (len(v) * count, *v.shape[1:]))
+          for k, v in local_batch.items()}

@@ -124,18 +124,26 @@ def init_params(model: nn.Module, rng, seq_len: int = 8, max_predictions: int = 
   return model.init({'params': rng}, *dummy_inputs(1, seq_len, max_predictions))['params']
 
 
+def _boxed_train_state(model, tx, rng, seq_len, max_predictions):
+  params = init_params(model, rng, seq_len, max_predictions)
+  zero = jnp.zeros((), jnp.int32)
+  return TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
+                    skipped_total=zero)
+
+
+def state_shardings(model, tx, mesh, axis_rules, seq_len, max_predictions):
+  """Where each leaf of the train state goes on `mesh`, from the logical axis names."""
+  with nn.logical_axis_rules(axis_rules):
+    abstract = jax.eval_shape(
+        lambda r: _boxed_train_state(model, tx, r, seq_len, max_predictions), jax.random.key(0))
+    return sharding.logical_shardings(abstract, mesh, axis_rules)
+
+
 def create_train_state(model, tx, rng, mesh, axis_rules, seq_len, max_predictions):
   """Initializes the state directly in its sharded layout; returns (state, shardings)."""
-  def init_boxed(rng):
-    params = init_params(model, rng, seq_len, max_predictions)
-    zero = jnp.zeros((), jnp.int32)
-    return TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
-                      skipped_total=zero)
-
-  with nn.logical_axis_rules(axis_rules):
-    abstract = jax.eval_shape(init_boxed, rng)
-    shardings = sharding.logical_shardings(abstract, mesh, axis_rules)
-  init = jax.jit(lambda r: nn.unbox(init_boxed(r)), out_shardings=shardings)
+  shardings = state_shardings(model, tx, mesh, axis_rules, seq_len, max_predictions)
+  init = jax.jit(lambda r: nn.unbox(_boxed_train_state(model, tx, r, seq_len, max_predictions)),
+                 out_shardings=shardings)
   return init(rng), shardings
 
 
@@ -223,6 +231,21 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
 def eval_step(params, batch, *, model):
   loss_sum, (weight, correct) = mlm_loss(model, params, batch, None, True)
   return {'loss_sum': loss_sum, 'weight': weight, 'correct': correct}
+
+
+def jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, accum_steps: int):
+  """The train step (state donated) and the eval step, jitted with the state's shardings."""
+  batch_spec = sharding.batch_sharding(mesh)
+  step_fn = jax.jit(
+      functools.partial(train_step, model=model, tx=tx, schedule=schedule,
+                        base_rng=dropout_rng, accum_steps=accum_steps),
+      in_shardings=(state_shardings, batch_spec),
+      out_shardings=(state_shardings, sharding.replicated(mesh)),
+      donate_argnums=(0,))
+  eval_fn = jax.jit(functools.partial(eval_step, model=model),
+                    in_shardings=(state_shardings.params, batch_spec),
+                    out_shardings=sharding.replicated(mesh))
+  return step_fn, eval_fn
 
 
 # ---------------------------------------------------------------------------------------
@@ -398,9 +421,11 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
 
   if is_chief:
     write_config(config, workdir)
+  # The block of every global batch whose rows this process's devices hold.
+  block_index, block_count = sharding.process_batch_block(mesh)
   data = PretrainData(
-      config, os.path.join(workdir, 'vocab.model'), process_index=jax.process_index(),
-      process_count=jax.process_count(), is_vocab_writer=is_chief,
+      config, os.path.join(workdir, 'vocab.model'), process_index=block_index,
+      process_count=block_count, is_vocab_writer=is_chief,
       wait_for_vocab=lambda: _sync('vocab'))
   model = BertForPretraining(model_cfg)
   tx, schedule = make_optimizer(config.optim, config.total_steps)
@@ -450,16 +475,8 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
     ckpt.close()
     return {'step': start_step}
 
-  batch_spec = sharding.batch_sharding(mesh)
-  step_fn = jax.jit(
-      functools.partial(train_step, model=model, tx=tx, schedule=schedule,
-                        base_rng=dropout_rng, accum_steps=config.optim.grad_accum_steps),
-      in_shardings=(state_shardings, batch_spec),
-      out_shardings=(state_shardings, sharding.replicated(mesh)),
-      donate_argnums=(0,))
-  eval_fn = jax.jit(functools.partial(eval_step, model=model),
-                    in_shardings=(state_shardings.params, batch_spec),
-                    out_shardings=sharding.replicated(mesh))
+  step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng,
+                               config.optim.grad_accum_steps)
 
   batches = prefetch(data.train.batches(start_step))
   tokens_per_step = d.batch_size * d.seq_len

@@ -254,11 +254,12 @@ class PretrainData:
     """Reuses WORKDIR/vocab.model, or learns it from the training documents (process 0)."""
     import tensorflow as tf
     d = self.config.data
-    if not tf.io.gfile.exists(path):
-      if is_writer:
-        tok = tokenizer_lib.train(
-            documents_fn(), self.config.model.vocab_size, model_type=d.vocab_model_type,
-            max_sentences=d.vocab_train_sentences)
-        tokenizer_lib.save(tok, path)
-      wait()
+    if is_writer and not tf.io.gfile.exists(path):
+      tok = tokenizer_lib.train(
+          documents_fn(), self.config.model.vocab_size, model_type=d.vocab_model_type,
+          max_sentences=d.vocab_train_sentences)
+      tokenizer_lib.save(tok, path)
+    # Every process passes this barrier, whether or not it saw the file: one that checked
+    # after the writer had finished would otherwise skip it and leave the writer waiting.
+    wait()
     return tokenizer_lib.load(path)

@@ -1,0 +1,287 @@
+"""Open a pretraining run anywhere: `sharedbert.restore(workdir, step=None)`.
+
+    run = sharedbert.restore('/tmp/sharedbert_demo')   # the latest step, on the local devices
+    out = run.encode(['The cat sat on the mat.'])      # sequence_output [N,T,D], pooled_output [N,D]
+    run.fill_mask('Return the [MASK] of the list.')    # the top 5 tokens and their probabilities
+
+It reads WORKDIR/config.json and WORKDIR/vocab.model, builds the model and restores its
+parameters only (not the optimizer state) from WORKDIR/checkpoints/<step>, placed by the
+run's logical axis rules on the caller's mesh: a checkpoint written on a pod's mesh opens on
+a laptop's single CPU and the other way round. This is for one process (a notebook, a script,
+an evaluation job); a multi-process training run resumes through `train.train_and_evaluate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import sharding
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.data.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID
+from sharedbert.errors import UserError
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+
+# Lengths (and the number of [MASK] slots) are rounded up to a multiple of this, so that
+# a few shapes are compiled.
+_BUCKET = 16
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The completed checkpoint steps in WORKDIR/checkpoints, oldest first."""
+  import tensorflow as tf
+  directory = checkpoint_lib.checkpoint_dir(workdir)
+  if not tf.io.gfile.isdir(directory):
+    return []
+  # Orbax writes a step under a temporary name and renames it when complete.
+  return sorted(int(name.rstrip('/')) for name in tf.io.gfile.listdir(directory)
+                if name.rstrip('/').isdigit())
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+  import tensorflow as tf
+  path = os.path.join(workdir, 'config.json')
+  if not tf.io.gfile.exists(path):
+    raise UserError(f'{path} not found: {workdir} is not a sharedbert workdir (a pretraining '
+                    'run writes config.json, vocab.model and checkpoints/ there)')
+  with tf.io.gfile.GFile(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def _target_mesh(mesh, devices) -> jax.sharding.Mesh:
+  if isinstance(mesh, jax.sharding.Mesh):
+    return mesh
+  devices = list(devices) if devices is not None else jax.local_devices()
+  sizes = dict(mesh or {'data': -1})
+  unknown = set(sizes) - set(sharding.MESH_AXES)
+  if unknown:
+    raise UserError(f'unknown mesh axes {sorted(unknown)}; use {", ".join(sharding.MESH_AXES)}')
+  return sharding.make_mesh({a: sizes.get(a, 1) for a in sharding.MESH_AXES}, devices)
+
+
+def restore(workdir: str, step: int | None = None, *,
+            mesh: jax.sharding.Mesh | Mapping[str, int] | None = None,
+            devices: Sequence[jax.Device] | None = None) -> 'Restored':
+  """The model, parameters, tokenizer and config of a run, on the caller's devices.
+
+  Args:
+    workdir: the run's --workdir (a local path or gs://...).
+    step: the checkpoint step; None for the latest.
+    mesh: where the parameters go: a `jax.sharding.Mesh` with axes ('data', 'fsdp',
+      'tensor'), or their sizes as a dict ({'fsdp': 8}; missing axes are 1, and -1 takes
+      the remaining devices). Default: every device on 'data' (parameters replicated).
+    devices: the devices of a mesh given by sizes (default: this process's devices), e.g.
+      `jax.devices('cpu')[:1]` for one CPU.
+  """
+  workdir = os.fspath(workdir)
+  config = read_config(workdir)
+  model_cfg = ModelConfig.from_config(config.model)
+  tokenizer = tokenizer_lib.load(os.path.join(workdir, tokenizer_lib.VOCAB_FILE))
+  steps = checkpoint_steps(workdir)
+  if not steps:
+    raise UserError(f'no checkpoint in {checkpoint_lib.checkpoint_dir(workdir)}; a run saves '
+                    'one every ckpt.every_steps and at its end')
+  if step is not None and step not in steps:
+    raise UserError(f'no checkpoint at step {step} in {checkpoint_lib.checkpoint_dir(workdir)}; '
+                    f'steps there: {steps}')
+
+  target_mesh = _target_mesh(mesh, devices)
+  axis_rules = sharding.rules(config)
+  model = BertForPretraining(model_cfg)
+  # The latest step, or the one before if it is damaged (as a resumed run does).
+  candidates = [step] if step is not None else steps[::-1]
+  for i, candidate in enumerate(candidates):
+    try:
+      params = _restore_params(workdir, candidate, model, config, target_mesh, axis_rules)
+    except UserError:
+      raise
+    except Exception as e:  # A damaged step: a truncated or missing file.
+      if i + 1 == len(candidates):
+        raise
+      logging.warning('checkpoint step %d in %s cannot be restored (%s: %s); trying step %d',
+                      candidate, workdir, type(e).__name__, str(e).splitlines()[0][:200],
+                      candidates[i + 1])
+      continue
+    return Restored(model=model, params=params, tokenizer=tokenizer, config=config,
+                    mesh=target_mesh, step=candidate, axis_rules=axis_rules)
+
+
+def _restore_params(workdir, step, model, config, mesh, axis_rules):
+  import orbax.checkpoint as ocp
+  from etils import epath
+  from sharedbert import train
+
+  d = config.data
+  with nn.logical_axis_rules(axis_rules):
+    boxed = jax.eval_shape(lambda r: train.init_params(model, r, d.seq_len, d.max_predictions),
+                           jax.random.key(0))
+    shardings = sharding.logical_shardings(boxed, mesh, axis_rules)
+  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                          nn.unbox(boxed), shardings)
+  path = epath.Path(f'{checkpoint_lib.checkpoint_dir(workdir)}/{step}/state')
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    saved = handler.metadata(path)['params']
+    _check_fits(saved, abstract, path, workdir)
+    target = {'params': abstract}
+    # Only the 'params' subtree of the saved train state is read.
+    return handler.restore(path, args=ocp.args.PyTreeRestore(
+        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+        partial_restore=True))['params']
+  finally:
+    handler.close()
+
+
+def _shapes(tree, prefix=()) -> dict[str, tuple]:
+  if isinstance(tree, Mapping):
+    return {k: v for key, sub in tree.items() for k, v in _shapes(sub, prefix + (key,)).items()}
+  return {'/'.join(prefix): tuple(tree.shape)}
+
+
+def _check_fits(saved, abstract, path, workdir):
+  """The checkpoint's parameters must be those of the model in config.json."""
+  have, want = _shapes(saved), _shapes(abstract)
+  problems = ([f'{k} missing' for k in want if k not in have]
+              + [f'{k} unexpected' for k in have if k not in want]
+              + [f'{k} has shape {have[k]}, the model {want[k]}'
+                 for k in want if k in have and have[k] != want[k]])
+  if problems:
+    raise UserError(f'the checkpoint {path} does not hold the parameters of the model in '
+                    f'{workdir}/config.json: {"; ".join(problems[:3])}'
+                    f'{f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""}')
+
+
+@dataclasses.dataclass
+class Restored:
+  """A restored run: `model`, `params`, `tokenizer`, `config`, plus `encode` and `fill_mask`."""
+  model: BertForPretraining
+  params: Any
+  tokenizer: tokenizer_lib.Tokenizer
+  config: ml_collections.ConfigDict
+  mesh: jax.sharding.Mesh
+  step: int
+  axis_rules: tuple = ()
+
+  def __post_init__(self):
+    def forward(params, ids, positions):
+      out = self.model.apply({'params': params}, ids, jnp.zeros_like(ids),
+                             (ids != PAD_ID).astype(jnp.int32), positions)
+      return {'sequence_output': out['sequence_output'].astype(jnp.float32),
+              'pooled_output': out['pooled_output'].astype(jnp.float32),
+              'log_probs': jax.nn.log_softmax(out['mlm_logits'].astype(jnp.float32), axis=-1)}
+
+    # One function for encode and fill_mask: one compilation per input shape.
+    self._forward = jax.jit(forward)
+
+  @property
+  def max_length(self) -> int:
+    return int(self.config.model.max_position_embeddings)
+
+  def _run(self, ids, positions, batch_size: int) -> dict:
+    """The model on `ids` in chunks of at most `batch_size` rows, split over the mesh."""
+    rows = len(ids)
+    dp = sharding.data_parallel_size(self.mesh)
+    # Chunks of a power of two rows (a multiple of the data-parallel size): few shapes.
+    chunk = min(max(batch_size, 1), 1 << (rows - 1).bit_length())
+    chunk = -(-chunk // dp) * dp
+    batch_sharding = sharding.batch_sharding(self.mesh)
+    outputs = []
+    for start in range(0, rows, chunk):
+      part = [ids[start:start + chunk], positions[start:start + chunk]]
+      n = len(part[0])
+      ids_part, positions_part = (
+          jax.device_put(np.pad(a, [(0, chunk - n), (0, 0)]), batch_sharding) for a in part)
+      with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.axis_rules):
+        out = self._forward(self.params, ids_part, positions_part)
+      outputs.append(jax.tree.map(lambda x: np.asarray(jax.device_get(x))[:n], out))
+    return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+
+  def _tokenize(self, texts: Sequence[str], max_length: int | None) -> np.ndarray:
+    max_length = min(max_length or self.max_length, self.max_length)
+    rows = [self.tokenizer.encode_pair(t, None, max_length)[0] for t in texts]
+    length = min(-(-max(len(r) for r in rows) // _BUCKET) * _BUCKET, max_length)
+    ids = np.full((len(rows), length), PAD_ID, np.int32)
+    for i, r in enumerate(rows):
+      ids[i, :len(r)] = r
+    return ids
+
+  def encode(self, texts: str | Sequence[str], max_length: int | None = None,
+             batch_size: int = 64) -> dict:
+    """Encodes texts as [CLS] text [SEP] (truncated to max_length tokens).
+
+    Returns numpy arrays: sequence_output [N, T, D] (T: the longest text, rounded up to a
+    multiple of 16),
+    pooled_output [N, D] (the pooler on [CLS]) and input_mask [N, T] (1 on real tokens).
+    The texts go through the model `batch_size` at a time.
+    """
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts:
+      raise UserError('encode() needs at least one text')
+    ids = self._tokenize(texts, max_length)
+    out = self._run(ids, np.zeros((len(ids), _BUCKET), np.int32), batch_size)
+    return {'sequence_output': out['sequence_output'], 'pooled_output': out['pooled_output'],
+            'input_mask': (ids != PAD_ID).astype(np.int32)}
+
+  def fill_mask(self, text: str, top_k: int = 5) -> list:
+    """The most likely tokens for each [MASK] in `text`.
+
+    Returns, for one [MASK], a list of `top_k` dicts {token, token_id, score, sequence}
+    (score: the probability; sequence: the text with that token in place), best first; for
+    several [MASK]s, one such list per [MASK].
+    """
+    ids = self._tokenize([text], None)
+    positions = np.flatnonzero(ids[0] == MASK_ID)
+    if not len(positions):
+      raise UserError(f'fill_mask: no [MASK] in {text!r} (within the first {self.max_length} '
+                      'tokens)')
+    width = -(-len(positions) // _BUCKET) * _BUCKET
+    padded = np.zeros((1, width), np.int32)
+    padded[0, :len(positions)] = positions
+    log_probs = self._run(ids, padded, 1)['log_probs'][0]
+    # Only real pieces: not [PAD]/[CLS]/[SEP]/[MASK], nor ids beyond the learned vocabulary.
+    usable = np.zeros(log_probs.shape[-1], bool)
+    usable[NUM_SPECIAL:self.tokenizer.vocab_size] = True
+    pieces = [self.tokenizer.id_to_piece(i) for i in ids[0]]
+    results = []
+    for slot, position in enumerate(positions):
+      scores = np.where(usable, log_probs[slot], -np.inf)
+      best = np.argsort(-scores)[:top_k]
+      results.append([{
+          'token': self.tokenizer.id_to_piece(i).replace('\u2581', ''),
+          'token_id': int(i),
+          'score': float(np.exp(scores[i])),
+          'sequence': _join_pieces(pieces[:position] + [self.tokenizer.id_to_piece(i)]
+                                   + pieces[position + 1:], ids[0]),
+      } for i in best])
+    return results[0] if len(results) == 1 else results
+
+
+def _join_pieces(pieces: list[str], ids: np.ndarray) -> str:
+  """Sentencepiece pieces back to text, keeping [MASK] and dropping [CLS], [SEP], padding."""
+  keep = [p for p, i in zip(pieces, ids) if i not in (PAD_ID, CLS_ID, SEP_ID)]
+  return ' '.join(''.join(keep).replace('\u2581', ' ').split())
+
+
+class _CallableModule(types.ModuleType):
+  """`sharedbert.restore` names both this module and its function: once the module has been
+  imported (`from sharedbert.restore import Restored`), the package attribute is the module,
+  so calling the module calls the function."""
+
+  def __call__(self, *args, **kwargs):
+    return restore(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
