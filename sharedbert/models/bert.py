@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.attention import kernel_init, zeros_init
+from sharedbert.models.dropout import Dropout  # nn.Dropout's interface, cheaper masks.
 
 Dtype = Any
 
@@ -117,7 +118,7 @@ class Embeddings(nn.Module):
     self.position_embeddings = embed(c.max_position_embeddings, 'position_embeddings')
     self.token_type_embeddings = embed(c.type_vocab_size, 'token_type_embeddings')
     self.LayerNorm = layer_norm(c, 'LayerNorm')
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = Dropout(c.dropout_rate)
 
   def __call__(self, input_ids, segment_ids, *, deterministic: bool):
     positions = jnp.arange(input_ids.shape[1])[None, :]
@@ -152,7 +153,7 @@ class EncoderLayer(nn.Module):
     c = self.config
     attn = attention_lib.VARIANTS[c.attention](c, self.layer_index, name='attention')
     ffn = FeedForward(c, name='mlp')
-    drop = nn.Dropout(c.dropout_rate)
+    drop = Dropout(c.dropout_rate)
     kwargs = {} if shared is None else {'shared': shared}
     if c.pre_layer_norm:
       x = x + drop(attn(layer_norm(c, 'attention_norm')(x), mask, deterministic=deterministic,
@@ -287,6 +288,6 @@ class BertForSequenceClassification(nn.Module):
     out = BertEncoder(self.config, name='bert')(input_ids, segment_ids, input_mask,
                                                  deterministic=deterministic,
                                                  embedding_noise=embedding_noise)
-    h = nn.Dropout(self.config.dropout_rate)(out['pooled_output'], deterministic=deterministic)
+    h = Dropout(self.config.dropout_rate)(out['pooled_output'], deterministic=deterministic)
     return dense(self.config, self.num_labels, ('embed', None), 'classifier')(h).astype(
         jnp.float32)
