@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The GPU check of BENCHMARKS.md: BERT-base (12 layers, vocabulary 30522), sequence 128,
+# batch 256, bfloat16, fused attention (jax.nn.dot_product_attention, cuDNN where it
+# applies), `standard` and `shared`, against the datasheet peak of the GPU and a measured
+# 8192^3 bfloat16 matrix product. Needs jax with CUDA (pip install -e ".[cuda]").
+# Target: standard >= 50% MFU on one H200. Runs in about 3 minutes; stops at 5.
+#
+#   bash bench/gpu_check.sh [extra sharedbert.bench flags]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-bench}"
+mkdir -p "$out"
+python - <<'PY'
+import jax, sys
+if jax.devices()[0].platform != 'gpu':
+  sys.exit(f'bench/gpu_check.sh: no GPU visible to jax (devices: {jax.devices()})')
+print('GPU:', jax.devices()[0].device_kind, flush=True)
+PY
+# One device: the check is about one chip's MFU.
+export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
+export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
+timeout 300 python -m sharedbert.bench --preset=gpu --hf_python=none \
+  --out_json="$out/gpu_results.json" --out_md="$out/GPU.md" "$@"

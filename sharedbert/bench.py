@@ -1,0 +1,799 @@
+r"""Training-step benchmarks: every attention variant, Hugging Face's BERT, the device's peak.
+
+  python -m sharedbert.bench --hf_python=/path/to/venv/bin/python    # CPU preset
+  python -m sharedbert.bench --preset=gpu                              # bench/gpu_check.sh
+
+For each size and attention variant, the jitted training step of `sharedbert.train` (built
+by `create_train_state`, `make_optimizer` and `jit_steps`, as `train_and_evaluate` builds
+it) is compiled once; then, in `--rounds` rounds in which every variant and the peer take
+turns, it runs `--warmup` untimed and `--steps` timed steps; the median over all timed steps
+is reported with tokens/s, the FLOP/s of the matrix products it runs (`sharedbert.flops`), the
+MFU against the device's peak, XLA's memory for the step and the compile time. In the same
+run and on the same batch, Hugging Face's `BertForMaskedLM` (PyTorch; `pip install -e
+".[bench]"`) trains at the same size, batch, sequence length and optimizer, in a separate
+process (`sharedbert/bench_hf.py`, run by `--hf_python`), so that the two never share the
+CPU. The peak is a large matrix product timed in this process at the start and at the end
+of the run (the higher one counts); on GPUs and TPUs the datasheet figure is reported too.
+
+Also measured: the largest BERT-base batch whose step fits in memory (compile only, from
+XLA's memory analysis; with and without rematerialisation) and the input pipeline's
+batches/s. Results go to a JSON file and to BENCHMARKS.md, between the markers
+`<!-- bench:begin -->` and `<!-- bench:end -->` (text outside them is kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import gc
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+from absl import app
+from absl import flags
+from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sharedbert import config as config_lib
+from sharedbert import flops as flops_lib
+from sharedbert import sharding
+from sharedbert import train
+from sharedbert.data.pretrain import InMemoryData, mask_rows, prefetch
+from sharedbert.data.tokenizer import CLS_ID, NUM_SPECIAL
+from sharedbert.errors import UserError
+from sharedbert.models import attention as attention_lib
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+
+GIB = 1 << 30
+MARK_BEGIN, MARK_END = '<!-- bench:begin -->', '<!-- bench:end -->'
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+  """One benchmark shape: the model, the batch, and how it computes."""
+  num_layers: int
+  hidden_size: int
+  num_heads: int
+  mlp_dim: int
+  vocab_size: int
+  batch: int
+  seq_len: int = 128
+  max_predictions: int = 20
+  dtype: str = 'float32'
+  attention_impl: str = 'xla'
+  attention_dropout_rate: float = 0.1
+  remat: str = 'none'
+
+  def text(self) -> str:
+    return (f'{self.num_layers} layers, D={self.hidden_size}, {self.num_heads} heads, '
+            f'FFN {self.mlp_dim}, vocabulary {self.vocab_size}, batch {self.batch}, '
+            f'sequence {self.seq_len}, {self.dtype}')
+
+
+BERT_BASE = dict(num_layers=12, hidden_size=768, num_heads=12, mlp_dim=3072, vocab_size=30522)
+
+SIZES = {
+    'small': Size(4, 256, 4, 1024, 8192, batch=32),
+    'base_width': Size(2, 768, 12, 3072, 8192, batch=16),
+    # The GPU check: BERT-base, bfloat16, fused attention. Fused attention has no attention-
+    # probability dropout (sharedbert falls back to the einsum path when it is on), so it is 0.
+    'gpu_base': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
+                     attention_dropout_rate=0.0),
+    # Seconds on a CPU: for tests and quick checks of the harness.
+    'smoke': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3),
+    'smoke_fused_bf16': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3,
+                             dtype='bfloat16', attention_impl='fused',
+                             attention_dropout_rate=0.0),
+}
+
+# (size, what is compared, threshold); the ratios come from one run.
+CPU_TARGETS = (
+    ('small', 'standard / Hugging Face tokens/s', 1.8),
+    ('base_width', 'standard / Hugging Face tokens/s', 1.5),
+    ('base_width', 'shared / standard tokens/s', 1.25),
+    ('base_width', 'standard MFU', 0.70),
+    ('small', 'input pipeline / training step rate', 3.0),
+)
+GPU_TARGETS = (('gpu_base', 'standard MFU', 0.50),)
+
+PRESETS = {
+    'cpu': dict(sizes='small,base_width', variants='', steps=4, warmup=2, rounds=3, peak_n=2048,
+                peak_dtype='float32', memory_seq_lens='128,512', pipeline_size='small',
+                targets=CPU_TARGETS),
+    'gpu': dict(sizes='gpu_base', variants='standard,shared', steps=10, warmup=3, rounds=1,
+                peak_n=8192,
+                peak_dtype='bfloat16', memory_seq_lens='', pipeline_size='',
+                targets=GPU_TARGETS),
+    'smoke': dict(sizes='smoke', variants='standard,shared', steps=2, warmup=1, rounds=1,
+                  peak_n=256,
+                  peak_dtype='float32', memory_seq_lens='', pipeline_size='smoke', targets=()),
+}
+
+# Dense bfloat16 peak FLOP/s from the vendors' datasheets, by jax's device_kind.
+DATASHEET_PEAK = {
+    'NVIDIA H100 80GB HBM3': 989.4e12,   # H100 SXM.
+    'NVIDIA H100 PCIe': 756.5e12,
+    'NVIDIA H200': 989.4e12,
+    'NVIDIA A100-SXM4-80GB': 312e12,
+    'NVIDIA A100-SXM4-40GB': 312e12,
+    'TPU v4': 275e12,
+    'TPU v5 lite': 197e12,
+    'TPU v5': 459e12,
+    'TPU v6 lite': 918e12,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# The JAX side.
+
+def bench_config(size: Size, attention: str, remat: str | None = None):
+  """The pretraining config of the `small` recipe, reshaped to `size`."""
+  config = config_lib.pretrain_config(attention, 'size=small')
+  m = config.model
+  for key in ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim', 'vocab_size', 'dtype',
+              'attention_impl', 'attention_dropout_rate'):
+    m[key] = getattr(size, key)
+  m.remat = remat or size.remat
+  m.max_position_embeddings = max(m.max_position_embeddings, size.seq_len)
+  config.data.batch_size = size.batch
+  config.data.seq_len = size.seq_len
+  config.data.max_predictions = size.max_predictions
+  return config
+
+
+def synthetic_batch(size: Size, seed: int = 0) -> dict[str, np.ndarray]:
+  """Random full rows ([CLS] then tokens), masked by the pipeline's own `mask_rows`."""
+  rng = np.random.default_rng(seed)
+  rows = rng.integers(NUM_SPECIAL, size.vocab_size, (size.batch, size.seq_len), dtype=np.int32)
+  rows[:, 0] = CLS_ID
+  keys = np.stack([np.zeros(size.batch, np.int64), np.arange(size.batch)], axis=1)
+  return mask_rows(rows, keys, seed=seed, mask_rate=0.15, max_predictions=size.max_predictions,
+                   vocab_size=size.vocab_size)
+
+
+def memory_bytes(compiled) -> int | None:
+  """XLA's buffers for one call: arguments + outputs + temporaries, less donated aliases."""
+  mem = compiled.memory_analysis()
+  if mem is None:
+    return None
+  return int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+             - mem.alias_size_in_bytes)
+
+
+def _xla_flops(compiled, num_devices: int) -> float | None:
+  """XLA's own FLOP count (elementwise work included) for the whole step; XLA reports it
+  per device of an SPMD program."""
+  try:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost['flops']) * num_devices
+  except Exception:  # Not every backend reports it.
+    return None
+
+
+def _step_parts(config):
+  mesh = sharding.make_mesh(config.mesh)
+  axis_rules = sharding.rules(config)
+  model_cfg = ModelConfig.from_config(config.model)
+  model = BertForPretraining(model_cfg)
+  tx, schedule = train.make_optimizer(config.optim, config.total_steps)
+  return mesh, axis_rules, model_cfg, model, tx, schedule
+
+
+class StepTimer:
+  """sharedbert's training step for one size and variant, compiled once and timed on demand.
+
+  `run` may be called several times (the rounds of `run_benchmarks`); the state carries on
+  from call to call, as in training.
+  """
+
+  def __init__(self, size: Size, attention: str, batch: dict[str, np.ndarray] | None = None):
+    self.size, self.attention = size, attention
+    config = bench_config(size, attention)
+    mesh, axis_rules, self.model_cfg, model, tx, schedule = _step_parts(config)
+    self.mesh, self.axis_rules = mesh, axis_rules
+    init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
+    self.state, state_shardings = train.create_train_state(
+        model, tx, init_rng, mesh, axis_rules, size.seq_len, size.max_predictions)
+    step_fn, _ = train.jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, 1)
+    batch = synthetic_batch(size) if batch is None else batch
+    with self._context():
+      self.batch = sharding.global_batch(batch, mesh)
+      t0 = time.perf_counter()
+      self.compiled = step_fn.lower(self.state, self.batch).compile()
+      self.compile_s = time.perf_counter() - t0
+    self.times: list[float] = []
+    self.loss = float('nan')
+
+  @contextlib.contextmanager
+  def _context(self):
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.axis_rules):
+      yield
+
+  def run(self, steps: int, warmup: int) -> list[float]:
+    """`warmup` untimed steps, then `steps` timed ones (each to completion)."""
+    with self._context():
+      for _ in range(warmup):
+        self.state, metrics = self.compiled(self.state, self.batch)
+      jax.block_until_ready(self.state)
+      times = []
+      for _ in range(steps):
+        t0 = time.perf_counter()
+        self.state, metrics = self.compiled(self.state, self.batch)
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - t0)
+    self.loss = float(metrics['loss']) if steps or warmup else self.loss
+    self.times += times
+    return times
+
+  def row(self) -> dict:
+    """The figures of one table row, from every step timed so far."""
+    size = self.size
+    step_time = statistics.median(self.times)
+    step_flops = flops_lib.train_step_flops(self.model_cfg, size.batch, size.seq_len,
+                                            size.batch * size.max_predictions)
+    return {
+        'variant': self.attention,
+        'step_time_s': step_time,
+        'step_times_s': list(self.times),
+        'tokens_per_s': size.batch * size.seq_len / step_time,
+        'compile_s': self.compile_s,
+        'flops_per_step': step_flops,
+        'xla_flops_per_step': _xla_flops(self.compiled, self.mesh.size),
+        'achieved_flops_per_s': step_flops / step_time,
+        'memory_bytes': memory_bytes(self.compiled),
+        'loss': self.loss,
+    }
+
+
+def time_train_step(size: Size, attention: str, *, steps: int, warmup: int,
+                    batch: dict[str, np.ndarray] | None = None) -> dict:
+  """Compiles and times sharedbert's training step once; returns one table row."""
+  timer = StepTimer(size, attention, batch)
+  timer.run(steps, warmup)
+  row = timer.row()
+  del timer
+  gc.collect()
+  return row
+
+
+def measure_matmul_peak(n: int, dtype: str, reps: int = 5) -> float:
+  """FLOP/s of one jitted [n, n] x [n, n] product (median of `reps` after a warm-up)."""
+  x = jax.random.normal(jax.random.key(0), (n, n), jnp.dtype(dtype))
+  product = jax.jit(lambda a, b: a @ b)
+  product(x, x).block_until_ready()
+  times = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    product(x, x).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return 2 * n ** 3 / statistics.median(times)
+
+
+# ---------------------------------------------------------------------------------------
+# Memory: the largest batch that fits, from compiling only.
+
+def memory_budget_bytes() -> tuple[int, str]:
+  """What a step may use: the accelerator's memory, or 90% of the host's RAM on CPU (the
+  rest is left to the process itself, the input pipeline and the OS)."""
+  device = jax.devices()[0]
+  stats = device.memory_stats() if device.platform != 'cpu' else None
+  if stats and stats.get('bytes_limit'):
+    return int(stats['bytes_limit']), f'{device.device_kind} memory'
+  ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+  return int(0.9 * ram), f'90% of the host RAM ({ram / GIB:.1f} GiB)'
+
+
+def step_memory_fn(size: Size, attention: str, remat: str) -> Callable[[int], int]:
+  """batch -> XLA's memory for the training step at that batch, by compiling only.
+
+  The state is created once (its layout does not depend on the batch); each call lowers the
+  step for an abstract batch and reads the compiled executable's memory analysis.
+  """
+  config = bench_config(size, attention, remat=remat)
+  mesh, axis_rules, model_cfg, model, tx, schedule = _step_parts(config)
+  init_rng, dropout_rng = jax.random.split(jax.random.key(0))
+  state, state_shardings = train.create_train_state(
+      model, tx, init_rng, mesh, axis_rules, size.seq_len, size.max_predictions)
+  del state
+  target = train.abstract_state(state_shardings, model, tx, size.seq_len, size.max_predictions)
+  step_fn, _ = train.jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, 1)
+  batch_sharding = sharding.batch_sharding(mesh)
+
+  def memory(batch: int) -> int:
+    example = synthetic_batch(dataclasses.replace(size, batch=1))
+    abstract = {k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype, sharding=batch_sharding)
+                for k, v in example.items()}
+    with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+      compiled = step_fn.lower(target, abstract).compile()
+    return memory_bytes(compiled)
+
+  return memory
+
+
+def largest_fitting_batch(memory: Callable[[int], int], budget: int, *, multiple: int = 8,
+                          probes: tuple[int, int] = (8, 16)) -> dict:
+  """The largest batch (a multiple of `multiple`) whose step memory is within `budget`.
+
+  Memory grows about linearly with the batch, so two compiles predict the limit; a
+  bisection over multiples of `multiple`, started from that prediction, then confirms it
+  with real compiles. Assumes memory does not decrease as the batch grows.
+  """
+  seen: dict[int, int] = {}
+
+  def fits(batch: int) -> bool:
+    if batch not in seen:
+      seen[batch] = memory(batch)
+    return seen[batch] <= budget
+
+  a, b = probes
+  fits(a), fits(b)
+  slope = max((seen[b] - seen[a]) / (b - a), 1.0)
+  predicted = int((budget - seen[a]) / slope) + a
+  guess = max(multiple, predicted // multiple * multiple)
+  # A bracket: `lo` fits (0: nothing does) and `hi` does not, widened by doubling steps.
+  step = multiple
+  if fits(guess):
+    lo, hi = guess, guess + step
+    while fits(hi):
+      lo, step = hi, step * 2
+      hi = lo + step
+  else:
+    lo, hi = max(guess - step, 0), guess
+    while lo > 0 and not fits(lo):
+      hi, step = lo, step * 2
+      lo = max(hi - step, 0)
+  while hi - lo > multiple:
+    mid = (lo + hi) // 2 // multiple * multiple
+    if fits(mid):
+      lo = mid
+    else:
+      hi = mid
+  return {'batch': lo, 'bytes': seen.get(lo), 'predicted': predicted,
+          'compiles': len(seen), 'probed': dict(sorted(seen.items()))}
+
+
+# ---------------------------------------------------------------------------------------
+# The input pipeline alone.
+
+def time_input_pipeline(size: Size, batches: int = 50, rows: int = 8192) -> dict:
+  """Batches/s of `InMemoryData.batch` (masking included), alone and through `prefetch`
+  with the host-to-device transfer, on random packed rows of `size`'s shape."""
+  rng = np.random.default_rng(0)
+  packed = rng.integers(NUM_SPECIAL, size.vocab_size, (rows, size.seq_len), dtype=np.int32)
+  packed[:, 0] = CLS_ID
+  data = InMemoryData(packed, global_batch=size.batch, process_index=0, process_count=1,
+                      seed=0, shuffle=True,
+                      masking=dict(mask_rate=0.15, max_predictions=size.max_predictions,
+                                   vocab_size=size.vocab_size))
+  data.batch(0)
+  t0 = time.perf_counter()
+  for step in range(batches):
+    data.batch(step)
+  alone = batches / (time.perf_counter() - t0)
+
+  mesh = sharding.make_mesh(config_lib.pretrain_config('standard', 'size=small').mesh)
+  stream = prefetch(data.batches())
+  jax.block_until_ready(sharding.global_batch(next(stream), mesh))
+  t0 = time.perf_counter()
+  for _ in range(batches):
+    jax.block_until_ready(sharding.global_batch(next(stream), mesh))
+  fed = batches / (time.perf_counter() - t0)
+  return {'batches_per_s': alone, 'prefetched_on_device_batches_per_s': fed,
+          'batch': size.batch, 'seq_len': size.seq_len, 'batches_timed': batches}
+
+
+# ---------------------------------------------------------------------------------------
+# The Hugging Face peer, in its own process.
+
+def default_hf_python() -> str:
+  """This interpreter if it can import torch and transformers, else '' (no peer)."""
+  if importlib.util.find_spec('torch') and importlib.util.find_spec('transformers'):
+    return sys.executable
+  return ''
+
+
+def run_hf_peer(hf_python: str, size: Size, batch: dict[str, np.ndarray], *, steps: int,
+                warmup: int, timeout_s: float = 1800) -> dict:
+  """Times Hugging Face's BertForMaskedLM on `batch` in a subprocess; returns its figures."""
+  config = bench_config(size, 'standard')
+  model = {k: config.model[k] for k in (
+      'vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'dropout_rate',
+      'attention_dropout_rate', 'max_position_embeddings', 'type_vocab_size',
+      'layer_norm_eps')}
+  optim = {k: config.optim[k] for k in ('lr', 'b1', 'b2', 'eps', 'weight_decay',
+                                        'grad_clip_norm', 'warmup_steps')}
+  with tempfile.TemporaryDirectory() as tmp:
+    npz = os.path.join(tmp, 'batch.npz')
+    np.savez(npz, **batch)
+    spec_path = os.path.join(tmp, 'spec.json')
+    with open(spec_path, 'w') as f:
+      json.dump({'model': model, 'optim': optim, 'batch_npz': npz, 'steps': steps,
+                 'warmup': warmup, 'threads': os.cpu_count()}, f)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bench_hf.py')
+    try:
+      done = subprocess.run([hf_python, script, spec_path], capture_output=True, text=True,
+                            timeout=timeout_s)
+    except FileNotFoundError as e:
+      raise UserError(f'--hf_python={hf_python} does not exist; give a Python with torch and '
+                      'transformers (pip install -e ".[bench]"), or --hf_python=none') from e
+  if done.returncode:
+    raise UserError(f'the Hugging Face peer failed under {hf_python} (exit {done.returncode}): '
+                    f'{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""}; '
+                    'it needs torch and transformers (pip install -e ".[bench]")')
+  out = json.loads(done.stdout.strip().splitlines()[-1])
+  step_time = out['step_time_s']
+  every_position = flops_lib.train_step_flops(ModelConfig.from_config(config.model), size.batch,
+                                              size.seq_len, size.batch * size.seq_len)
+  out.update(variant='Hugging Face BertForMaskedLM', tokens_per_s=size.batch * size.seq_len /
+             step_time, flops_per_step=every_position,
+             achieved_flops_per_s=every_position / step_time)
+  return out
+
+
+# ---------------------------------------------------------------------------------------
+# The whole run.
+
+def machine_info() -> dict:
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo') as f:
+      names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
+    cpu = names[0] if names else cpu
+  except OSError:
+    pass
+  device = jax.devices()[0]
+  return {
+      'cpu': cpu, 'cpu_cores': os.cpu_count(),
+      'ram_gib': os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB,
+      'platform': platform.platform(), 'python': platform.python_version(),
+      'jax': jax.__version__, 'backend': device.platform, 'device_kind': device.device_kind,
+      'devices': jax.device_count(),
+  }
+
+
+def benchmarkable_variants(names: str) -> list[str]:
+  """The requested variants, or every registered one that sharedbert.flops can count."""
+  if names:
+    chosen = [v.strip() for v in names.split(',') if v.strip()]
+    unknown = [v for v in chosen if v not in attention_lib.VARIANTS]
+    if unknown:
+      raise UserError(f'--variants: unknown attention variant(s) {unknown}; choose from '
+                      f'{", ".join(sorted(attention_lib.VARIANTS))}')
+    return chosen
+  out = []
+  for name in attention_lib.VARIANTS:
+    try:
+      flops_lib.forward_flops(ModelConfig(attention=name, num_layers=1), 1, 1, 1)
+      out.append(name)
+    except UserError:
+      logging.warning('bench: no FLOP count for the variant %r; left out', name)
+  order = ['standard', 'shared']
+  return sorted(out, key=lambda v: (order.index(v) if v in order else len(order), v))
+
+
+def _load() -> list[float]:
+  try:
+    return [round(x, 2) for x in os.getloadavg()]
+  except OSError:
+    return []
+
+
+def run_benchmarks(*, preset: str, sizes: list[str], variants: list[str], steps: int,
+                   warmup: int, rounds: int, hf_python: str, peak_n: int, peak_dtype: str,
+                   memory_seq_lens: list[int], pipeline_size: str, targets=(),
+                   command: str = '') -> dict:
+  results: dict[str, Any] = {
+      'command': command, 'preset': preset, 'machine': machine_info(),
+      'started': time.strftime('%Y-%m-%d %H:%M:%S %Z'), 'load_average_start': _load(),
+      'steps': steps, 'warmup': warmup, 'rounds': rounds, 'sizes': {},
+  }
+  logging.info('bench: peak of a %dx%d %s matrix product', peak_n, peak_n, peak_dtype)
+  peak_start = measure_matmul_peak(peak_n, peak_dtype)
+  for name in sizes:
+    size = SIZES[name]
+    batch = synthetic_batch(size)
+    entry = {'size': dataclasses.asdict(size), 'description': size.text(), 'rows': []}
+    results['sizes'][name] = entry
+    timers = []
+    for variant in variants:
+      logging.info('bench: %s, %s: compiling', name, variant)
+      timers.append(StepTimer(size, variant, batch))
+    # Rounds: every variant and the peer in turn, `rounds` times over. This machine's speed
+    # drifts over tens of seconds; interleaving puts that drift into every configuration
+    # alike instead of into the ratios between them.
+    hf_runs = []
+    for r in range(rounds):
+      for i, timer in enumerate(timers):
+        times = timer.run(steps, warmup if r == 0 else 1)
+        logging.info('bench: %s %s, round %d/%d: median %.3f s/step', name, timer.attention,
+                     r + 1, rounds, statistics.median(times))
+        if i == 0 and hf_python:
+          hf_runs.append(_hf_run(hf_python, size, batch, steps, warmup))
+    entry['rows'] = [timer.row() for timer in timers]
+    entry['hf'] = (_merge_hf_runs(size, hf_runs) if hf_runs else
+                   {'skipped': 'no Python with torch and transformers (--hf_python)'})
+    del timers
+    gc.collect()
+  peak_end = measure_matmul_peak(peak_n, peak_dtype)
+  device_kind = jax.devices()[0].device_kind
+  results['peak'] = {
+      'matmul_n': peak_n, 'dtype': peak_dtype, 'measured_start_flops_per_s': peak_start,
+      'measured_end_flops_per_s': peak_end, 'measured_flops_per_s': max(peak_start, peak_end),
+      'datasheet_flops_per_s': DATASHEET_PEAK.get(device_kind), 'device_kind': device_kind,
+  }
+  peak = results['peak']['datasheet_flops_per_s'] or results['peak']['measured_flops_per_s']
+  results['peak']['mfu_denominator'] = ('datasheet' if results['peak']['datasheet_flops_per_s']
+                                        else 'measured')
+  for entry in results['sizes'].values():
+    for row in entry['rows'] + ([entry['hf']] if 'tokens_per_s' in entry.get('hf', {}) else []):
+      row['mfu'] = flops_lib.mfu(row['flops_per_step'], row['step_time_s'], peak)
+      row['mfu_vs_measured_peak'] = flops_lib.mfu(
+          row['flops_per_step'], row['step_time_s'], results['peak']['measured_flops_per_s'])
+
+  if memory_seq_lens:
+    budget, budget_text = memory_budget_bytes()
+    results['memory'] = {'budget_bytes': budget, 'budget': budget_text, 'rows': []}
+    for seq_len in memory_seq_lens:
+      for remat in ('none', 'full'):
+        logging.info('bench: largest BERT-base batch at sequence %d, remat=%s', seq_len, remat)
+        size = Size(**BERT_BASE, batch=8, seq_len=seq_len,
+                    max_predictions=max(1, round(0.15 * seq_len)) if seq_len > 128 else 20)
+        found = largest_fitting_batch(step_memory_fn(size, 'standard', remat), budget)
+        results['memory']['rows'].append({'seq_len': seq_len, 'remat': remat, **found})
+        gc.collect()
+
+  if pipeline_size:
+    size = SIZES[pipeline_size]
+    results['pipeline'] = time_input_pipeline(size)
+    step_rows = [r for r in results['sizes'].get(pipeline_size, {}).get('rows', [])]
+    if step_rows:
+      steps_per_s = 1.0 / step_rows[0]['step_time_s']
+      results['pipeline'].update(
+          train_steps_per_s=steps_per_s, train_variant=step_rows[0]['variant'],
+          ratio=results['pipeline']['prefetched_on_device_batches_per_s'] / steps_per_s)
+
+  results['targets'] = check_targets(results, targets)
+  results['load_average_end'] = _load()
+  results['finished'] = time.strftime('%Y-%m-%d %H:%M:%S %Z')
+  return results
+
+
+def _hf_run(hf_python, size, batch, steps, warmup) -> dict:
+  logging.info('bench: Hugging Face BertForMaskedLM under %s', hf_python)
+  out = run_hf_peer(hf_python, size, batch, steps=steps, warmup=warmup)
+  logging.info('bench: Hugging Face: median %.3f s/step', out['step_time_s'])
+  return out
+
+
+def _merge_hf_runs(size: Size, runs: list[dict]) -> dict:
+  """One row from the peer's rounds: the median over all their timed steps."""
+  out = dict(runs[0])
+  out['step_times_s'] = [t for run in runs for t in run['step_times_s']]
+  out['step_time_s'] = statistics.median(out['step_times_s'])
+  out['peak_rss_bytes'] = max(run['peak_rss_bytes'] for run in runs)
+  out['tokens_per_s'] = size.batch * size.seq_len / out['step_time_s']
+  out['achieved_flops_per_s'] = out['flops_per_step'] / out['step_time_s']
+  return out
+
+
+def _row(entry, variant):
+  return next((r for r in entry.get('rows', []) if r['variant'] == variant), None)
+
+
+def check_targets(results: dict, targets) -> list[dict]:
+  out = []
+  for size_name, what, threshold in targets:
+    entry = results['sizes'].get(size_name, {})
+    value = None
+    if what == 'standard / Hugging Face tokens/s':
+      std, hf = _row(entry, 'standard'), entry.get('hf', {})
+      if std and 'tokens_per_s' in hf:
+        value = std['tokens_per_s'] / hf['tokens_per_s']
+    elif what == 'shared / standard tokens/s':
+      std, shared = _row(entry, 'standard'), _row(entry, 'shared')
+      if std and shared:
+        value = shared['tokens_per_s'] / std['tokens_per_s']
+    elif what == 'standard MFU':
+      std = _row(entry, 'standard')
+      value = std['mfu'] if std else None
+    elif what == 'input pipeline / training step rate':
+      value = results.get('pipeline', {}).get('ratio')
+    out.append({'size': size_name, 'target': what, 'threshold': threshold, 'value': value,
+                'met': None if value is None else bool(value >= threshold)})
+  return out
+
+
+# ---------------------------------------------------------------------------------------
+# Reports.
+
+def _fmt(x, spec='.2f', none='–'):
+  if x is None or (isinstance(x, float) and not np.isfinite(x)):
+    return none
+  return format(x, spec)
+
+
+def render_markdown(results: dict) -> str:
+  m, peak = results['machine'], results['peak']
+  lines = [
+      f'Generated by `sharedbert.bench` (preset `{results["preset"]}`), '
+      f'{results["started"]} to {results["finished"]}.',
+      '',
+      f'- **Command:** `{results["command"]}`',
+      f'- **Machine:** {m["cpu"]}, {m["cpu_cores"]} cores, {m["ram_gib"]:.1f} GiB RAM; '
+      f'{m["platform"]}; Python {m["python"]}; jax {m["jax"]} on {m["backend"]} '
+      f'({m["devices"]} × {m["device_kind"]}).',
+      f'- **Load average** (1, 5, 15 min): {results["load_average_start"]} at the start, '
+      f'{results["load_average_end"]} at the end.',
+      f'- **Peak:** a {peak["matmul_n"]}×{peak["matmul_n"]} {peak["dtype"]} matrix product in '
+      f'this process: {_fmt(peak["measured_start_flops_per_s"] / 1e9, ".1f")} GFLOP/s at the '
+      f'start, {_fmt(peak["measured_end_flops_per_s"] / 1e9, ".1f")} at the end'
+      + (f'; datasheet {peak["datasheet_flops_per_s"] / 1e12:.0f} TFLOP/s'
+         if peak['datasheet_flops_per_s'] else '')
+      + f'. MFU is against the {peak["mfu_denominator"]} peak'
+      + (' (the higher of the two measurements).' if peak['mfu_denominator'] == 'measured'
+         else ' (and against the measured one in the last column).'),
+      f'- **Timing:** each step compiled once; {results.get("rounds", 1)} round(s) in which every '
+      'variant and the peer run in turn, each time '
+      f'{results["warmup"]} warm-up step(s) (1 after the first round) then {results["steps"]} '
+      'timed steps; the median over all timed steps; one synthetic batch masked by the pipeline\'s `mask_rows`; dropout 0.1 '
+      '(as the recipe) on both sides; FLOPs count the matrix products run (`sharedbert.flops`).',
+      '',
+  ]
+  for name, entry in results['sizes'].items():
+    hf = entry.get('hf', {})
+    hf_tps = hf.get('tokens_per_s')
+    lines += [f'### {name}: {entry["description"]}', '',
+              '| variant | tokens/s | step (ms) | vs HF | GFLOP/step | GFLOP/s | MFU '
+              '| step memory (MiB) | compile (s) |',
+              '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+    rows = list(entry['rows'])
+    for row in rows:
+      lines.append(
+          f'| `{row["variant"]}` | {row["tokens_per_s"]:.0f} | {row["step_time_s"] * 1e3:.0f} | '
+          f'{_fmt(row["tokens_per_s"] / hf_tps if hf_tps else None)}× | '
+          f'{row["flops_per_step"] / 1e9:.1f} | {row["achieved_flops_per_s"] / 1e9:.1f} | '
+          f'{_fmt(row["mfu"])} | {_fmt(row["memory_bytes"] / (1 << 20) if row["memory_bytes"] else None, ".0f")} | '
+          f'{row["compile_s"]:.1f} |')
+    if hf_tps:
+      lines.append(
+          f'| HF `BertForMaskedLM` (torch {hf["torch"]}, {hf["attn_implementation"]}, '
+          f'{hf["threads"]} threads) | {hf_tps:.0f} | {hf["step_time_s"] * 1e3:.0f} | 1.00× | '
+          f'{hf["flops_per_step"] / 1e9:.1f} | {hf["achieved_flops_per_s"] / 1e9:.1f} | '
+          f'{_fmt(hf["mfu"])} | {hf["peak_rss_bytes"] / (1 << 20):.0f} (peak RSS) | '
+          f'{hf["first_step_s"]:.1f} (1st step) |')
+    elif hf:
+      lines.append(f'| HF `BertForMaskedLM` | skipped: {hf.get("skipped")} | | | | | | | |')
+    lines.append('')
+  if results.get('memory'):
+    mem = results['memory']
+    lines += ['### Memory: the largest BERT-base batch (`standard`, float32)', '',
+              f'Budget: {mem["budget"]} = {mem["budget_bytes"] / GIB:.1f} GiB. Method: compile '
+              'only (no step runs); the step\'s memory is XLA\'s memory analysis of the compiled '
+              'executable (arguments + outputs + temporaries − donated aliases); two compiles '
+              'predict the limit (memory is about linear in the batch), then a bisection over '
+              'multiples of 8 confirms it.', '',
+              '| sequence | remat | largest batch | its step memory (GiB) | predicted | compiles |',
+              '|---:|---|---:|---:|---:|---:|']
+    for r in mem['rows']:
+      lines.append(f'| {r["seq_len"]} | {r["remat"]} | {r["batch"]} | '
+                   f'{_fmt(r["bytes"] / GIB if r["bytes"] else None)} | {r["predicted"]} | '
+                   f'{r["compiles"]} |')
+    lines.append('')
+  if results.get('pipeline'):
+    p = results['pipeline']
+    lines += ['### Input pipeline', '',
+              f'`InMemoryData.batch` (packing done, masking per batch) at batch {p["batch"]}, '
+              f'sequence {p["seq_len"]}: {p["batches_per_s"]:.0f} batches/s alone, '
+              f'{p["prefetched_on_device_batches_per_s"]:.0f} batches/s through `prefetch` and '
+              'onto the device' + (
+                  f'; the `{p["train_variant"]}` training step runs {p["train_steps_per_s"]:.2f} '
+                  f'steps/s, so the pipeline is {p["ratio"]:.0f}× faster than it needs to be.'
+                  if 'ratio' in p else '.'), '']
+  if results.get('targets'):
+    lines += ['### Targets', '', '| size | target | value | needed | met |',
+              '|---|---|---:|---:|---|']
+    for t in results['targets']:
+      met = {True: 'yes', False: 'NO', None: 'not measured'}[t['met']]
+      lines.append(f'| {t["size"]} | {t["target"]} | {_fmt(t["value"])} | '
+                   f'≥ {t["threshold"]} | {met} |')
+    lines.append('')
+  return '\n'.join(lines)
+
+
+def write_markdown(path: str, body: str):
+  """Replaces the text between the bench markers in `path` (created if missing)."""
+  block = f'{MARK_BEGIN}\n{body}\n{MARK_END}'
+  text = open(path).read() if os.path.exists(path) else '# Benchmarks\n\n'
+  if MARK_BEGIN in text and MARK_END in text:
+    head, rest = text.split(MARK_BEGIN, 1)
+    text = head + block + rest.split(MARK_END, 1)[1]
+  else:
+    text = text.rstrip('\n') + '\n\n' + block + '\n'
+  with open(path, 'w') as f:
+    f.write(text)
+
+
+# ---------------------------------------------------------------------------------------
+# Command line.
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum('preset', 'cpu', sorted(PRESETS), 'Sizes, variants and checks to run.')
+flags.DEFINE_string('sizes', None, f'Comma-separated sizes (of {", ".join(SIZES)}); default: '
+                    'the preset\'s.')
+flags.DEFINE_string('variants', None, 'Comma-separated attention variants; default: the '
+                    'preset\'s (cpu: every registered variant).')
+flags.DEFINE_integer('steps', None, 'Timed steps per configuration and round.')
+flags.DEFINE_integer('rounds', None, 'Rounds over all configurations, interleaved; the median '
+                     'is over every timed step of every round.')
+flags.DEFINE_integer('warmup', None, 'Untimed steps after compiling.')
+flags.DEFINE_string('hf_python', '', 'Python with torch and transformers for the Hugging Face '
+                    'peer; default: this one if it can import them; "none" skips the peer.')
+flags.DEFINE_string('memory_seq_lens', None, 'Sequence lengths of the largest-batch search '
+                    '("" skips it).')
+flags.DEFINE_string('pipeline_size', None, 'Size whose input pipeline is timed ("" skips it).')
+flags.DEFINE_string('out_json', 'benchmarks.json', 'Where the results go as JSON.')
+flags.DEFINE_string('out_md', 'BENCHMARKS.md', 'Markdown file whose bench section is '
+                    'rewritten ("" writes none).')
+
+
+def _csv(text: str) -> list[str]:
+  return [x.strip() for x in text.split(',') if x.strip()]
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  preset = PRESETS[FLAGS.preset]
+  pick = lambda name: preset[name] if getattr(FLAGS, name) is None else getattr(FLAGS, name)
+  sizes = _csv(pick('sizes'))
+  for s in sizes:
+    if s not in SIZES:
+      raise UserError(f'--sizes: unknown size {s!r}; choose from {", ".join(SIZES)}')
+  for name in ('steps', 'rounds'):
+    if pick(name) < 1:
+      raise UserError(f'--{name} must be at least 1, not {pick(name)}')
+  if pick('warmup') < 0:
+    raise UserError(f'--warmup must be at least 0, not {pick("warmup")}')
+  hf_python = FLAGS.hf_python or default_hf_python()
+  if hf_python.lower() == 'none':
+    hf_python = ''
+  command = 'python -m sharedbert.bench ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
+  results = run_benchmarks(
+      preset=FLAGS.preset, sizes=sizes, variants=benchmarkable_variants(pick('variants')),
+      steps=pick('steps'), warmup=pick('warmup'), rounds=pick('rounds'), hf_python=hf_python,
+      peak_n=preset['peak_n'], peak_dtype=preset['peak_dtype'],
+      memory_seq_lens=[int(x) for x in _csv(pick('memory_seq_lens'))],
+      pipeline_size=pick('pipeline_size'), targets=preset['targets'], command=command.strip())
+  with open(FLAGS.out_json, 'w') as f:
+    json.dump(results, f, indent=1)
+  body = render_markdown(results)
+  if FLAGS.out_md:
+    write_markdown(FLAGS.out_md, body)
+  print(body)
+
+
+def entry():
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  try:
+    app.run(main)
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  entry()

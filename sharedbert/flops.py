@@ -1,0 +1,107 @@
+"""FLOPs of the matrix products a pretraining step actually runs (for throughput and MFU).
+
+The accounting of ../DESIGN.md ("Throughput accounting", as MaxText counts it):
+  - a matrix product [m, k] x [k, n] costs 2*m*n*k in the forward pass, and the backward pass
+    costs twice the forward (one product for the input's gradient, one for the weight's);
+  - attention scores (Q K^T) and context (P V) are counted in full: BERT's attention is
+    bidirectional, so nothing is halved for causality;
+  - the vocabulary projection runs only on the gathered masked positions (B*P rows), as
+    `BertForPretraining` does; pass `mlm_rows=B*T` for a model that projects every position
+    (Hugging Face's `BertForMaskedLM` in its standard usage);
+  - each variant counts the projections it runs: `shared` one D x D product for Q, K and V,
+    `standard` three, `symmetric` two, and so on;
+  - elementwise work (softmax, GELU, LayerNorm, the shared diagonals, dropout), gathers and
+    the embedding lookups are not counted, and neither is the [CLS] pooler, whose output the
+    MLM loss does not use (XLA removes it from the step).
+
+`train_step_flops(model_cfg, batch, seq_len, mlm_rows)` is what a throughput report needs:
+achieved FLOP/s = train_step_flops / step time; MFU = that / the device's peak.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sharedbert.errors import UserError
+
+# Backward = 2x forward, so one training step runs 3x the forward's products.
+TRAIN_MULTIPLIER = 3
+
+
+def matmul(m: int, n: int, k: int) -> int:
+  """Forward FLOPs of one [m, k] x [k, n] matrix product."""
+  return 2 * m * n * k
+
+
+def _qkv_projection_widths(cfg) -> tuple[list[int], int]:
+  """Output widths of the input projections of one layer, and extra per-token FLOPs.
+
+  Each width w means one [tokens, D] x [D, w] product. The extra term holds per-token
+  products that are not projections of x (pairwise's Q_h P_h).
+  """
+  d, n = cfg.hidden_size, cfg.num_heads
+  h = d // n
+  name = cfg.attention
+  if name in ('standard', 'masa'):
+    return [d, d, d], 0
+  if name == 'shared':
+    return [d], 0
+  if name == 'symmetric':
+    return [d, d], 0
+  if name == 'pairwise':
+    return [d, d], n * matmul(1, h, h)  # Q_h [1, H] x P_h [H, H] per head and token.
+  if name == 'partial_qk':
+    from sharedbert.models.attention import shared_qk_width
+    shared = shared_qk_width(cfg)
+    private = h - shared
+    widths = [n * shared] if shared else []
+    widths += [n * private, n * private] if private else []
+    return widths + [d], 0
+  raise UserError(f'sharedbert.flops has no FLOP count for the attention variant {name!r}; '
+                  'add its projections to sharedbert/flops.py')
+
+
+def _masa_kernel_flops(cfg) -> int:
+  """masa builds each layer's kernels as sum_s c[l, s] A_s: a [1, S] x [S, D*D] product per
+  projection type and layer, independent of the batch."""
+  from sharedbert.models.attention import masa_num_atoms
+  d = cfg.hidden_size
+  return cfg.num_layers * len(cfg.masa_projections) * matmul(1, d * d, masa_num_atoms(cfg))
+
+
+def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int]:
+  """Forward-pass FLOPs by component, for the whole model and batch.
+
+  cfg: a `ModelConfig` (or anything with its fields); mlm_rows: the rows the MLM head runs on
+  (B*P for sharedbert, B*T for a head over every position).
+  """
+  d, f, v, layers = cfg.hidden_size, cfg.mlp_dim, cfg.vocab_size, cfg.num_layers
+  tokens = batch * seq_len
+  widths, extra_per_token = _qkv_projection_widths(cfg)
+  per_layer = {
+      'qkv_projections': sum(matmul(tokens, w, d) for w in widths) + tokens * extra_per_token,
+      # Scores Q K^T and context P V: per head [T, H] x [H, T] and [T, T] x [T, H], over all
+      # heads and sequences: 2 * B * T * T * D each.
+      'attention_scores': matmul(batch * seq_len, seq_len, d),
+      'attention_context': matmul(batch * seq_len, d, seq_len),
+      'output_projection': matmul(tokens, d, d),
+      'ffn': matmul(tokens, f, d) + matmul(tokens, d, f),
+  }
+  out = {k: layers * x for k, x in per_layer.items()}
+  if cfg.attention == 'masa':
+    out['masa_kernels'] = _masa_kernel_flops(cfg)
+  out['mlm_transform'] = matmul(mlm_rows, d, d)
+  out['mlm_vocab_projection'] = matmul(mlm_rows, v, d)
+  return out
+
+
+def train_step_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> int:
+  """FLOPs of one training step's matrix products: forward plus backward (3x forward)."""
+  return TRAIN_MULTIPLIER * sum(forward_flops(cfg, batch, seq_len, mlm_rows).values())
+
+
+def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float) -> float:
+  """Model FLOP utilization: achieved FLOP/s over the device's peak."""
+  if step_time_s <= 0 or peak_flops_per_s <= 0 or not math.isfinite(step_time_s):
+    return float('nan')
+  return flops_per_step / step_time_s / peak_flops_per_s

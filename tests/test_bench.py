@@ -1,0 +1,159 @@
+"""The benchmark harness (JAX side): a tiny timed step, the fused bf16 path, the memory
+search, the FLOP bookkeeping and the report. The Hugging Face peer is not run here: torch is
+never a test dependency."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from sharedbert import bench
+from sharedbert import flops
+from sharedbert.models.bert import ModelConfig
+
+
+@pytest.fixture(scope='module')
+def smoke_rows():
+  size = bench.SIZES['smoke']
+  return {'standard': bench.time_train_step(size, 'standard', steps=2, warmup=1)}
+
+
+def test_timed_step_reports_consistent_figures(smoke_rows):
+  size = bench.SIZES['smoke']
+  for variant, row in smoke_rows.items():
+    assert len(row['step_times_s']) == 2 and row['step_time_s'] > 0
+    assert row['tokens_per_s'] == pytest.approx(size.batch * size.seq_len / row['step_time_s'])
+    cfg = ModelConfig.from_config(bench.bench_config(size, variant).model)
+    assert row['flops_per_step'] == flops.train_step_flops(
+        cfg, size.batch, size.seq_len, size.batch * size.max_predictions)
+    assert row['achieved_flops_per_s'] == pytest.approx(row['flops_per_step'] / row['step_time_s'])
+    assert row['memory_bytes'] > 0 and row['compile_s'] > 0
+    assert np.isfinite(row['loss']) and row['loss'] > 0
+    # XLA's own count includes elementwise work, so it is at least the matrix products'.
+    if row['xla_flops_per_step'] is not None:
+      assert row['xla_flops_per_step'] >= 0.9 * row['flops_per_step']
+
+
+def test_fused_attention_in_bfloat16_runs_on_cpu():
+  """The GPU check's code path (model.attention_impl='fused', model.dtype='bfloat16')."""
+  row = bench.time_train_step(bench.SIZES['smoke_fused_bf16'], 'standard', steps=1, warmup=1)
+  assert np.isfinite(row['loss']) and row['step_time_s'] > 0
+
+
+def test_synthetic_batch_is_masked_like_the_pipeline():
+  size = bench.SIZES['smoke']
+  batch = bench.synthetic_batch(size)
+  assert batch['input_ids'].shape == (size.batch, size.seq_len)
+  assert batch['masked_positions'].shape == (size.batch, size.max_predictions)
+  # round(0.15 * 15 candidate tokens) = 2 masked positions per row, none on [CLS].
+  assert (batch['masked_weights'].sum(1) == 2).all()
+  assert (batch['masked_positions'][batch['masked_weights'] > 0] > 0).all()
+
+
+@pytest.mark.parametrize('per_example,fixed,budget', [
+    (37, 1000, 10_000),     # Largest multiple of 8: 240 (9880 bytes).
+    (1000, 50, 7_000),      # Only 0 fits at multiples of 8 (8 needs 8050).
+    (5, 0, 10_000_000),     # Far from the first probes.
+])
+def test_largest_fitting_batch_finds_the_limit(per_example, fixed, budget):
+  calls = []
+
+  def memory(batch):
+    calls.append(batch)
+    # Not quite linear, as real buffer assignment is not: a step at every 64 examples.
+    return fixed + per_example * batch + (batch // 64) * per_example
+
+  found = bench.largest_fitting_batch(memory, budget)
+  fits = lambda b: memory(b) <= budget
+  assert found['batch'] % 8 == 0
+  assert found['batch'] == 0 or fits(found['batch'])
+  assert not fits(found['batch'] + 8)
+  assert found['compiles'] <= 2 * max(found['batch'], 8).bit_length() + 4
+
+
+def test_step_memory_of_an_abstract_batch_matches_the_timed_step(smoke_rows):
+  """The memory search compiles against abstract inputs: the same program as the timed one."""
+  memory = bench.step_memory_fn(bench.SIZES['smoke'], 'standard', 'none')
+  assert memory(bench.SIZES['smoke'].batch) == smoke_rows['standard']['memory_bytes']
+
+
+def _results(smoke_rows):
+  size = bench.SIZES['smoke']
+  rows = [dict(r) for r in smoke_rows.values()]
+  peak = 2 * max(r['achieved_flops_per_s'] for r in rows)
+  for r in rows:
+    r['mfu'] = r['mfu_vs_measured_peak'] = flops.mfu(r['flops_per_step'], r['step_time_s'], peak)
+  hf = {'tokens_per_s': rows[0]['tokens_per_s'] / 2, 'step_time_s': 2 * rows[0]['step_time_s'],
+        'flops_per_step': 1e9, 'achieved_flops_per_s': 1e9, 'mfu': 0.1, 'torch': 'x',
+        'attn_implementation': 'sdpa', 'threads': 2, 'peak_rss_bytes': 1 << 30,
+        'first_step_s': 1.0}
+  return {
+      'command': 'python -m sharedbert.bench --preset=smoke', 'preset': 'smoke',
+      'machine': bench.machine_info(), 'started': 's', 'finished': 'f',
+      'load_average_start': [0.5], 'load_average_end': [0.6], 'steps': 2, 'warmup': 1,
+      'peak': {'matmul_n': 256, 'dtype': 'float32', 'measured_start_flops_per_s': peak,
+               'measured_end_flops_per_s': peak, 'measured_flops_per_s': peak,
+               'datasheet_flops_per_s': None, 'mfu_denominator': 'measured'},
+      'sizes': {'smoke': {'size': dataclasses.asdict(size), 'description': size.text(),
+                          'rows': rows, 'hf': hf}},
+      'pipeline': {'batches_per_s': 100.0, 'prefetched_on_device_batches_per_s': 90.0,
+                   'batch': 8, 'seq_len': 16, 'train_steps_per_s': 10.0, 'ratio': 9.0,
+                   'train_variant': 'standard'},
+  }
+
+
+def test_targets_and_report(smoke_rows, tmp_path):
+  results = _results(smoke_rows)
+  targets = bench.check_targets(results, (
+      ('smoke', 'standard / Hugging Face tokens/s', 1.8),
+      ('smoke', 'standard / Hugging Face tokens/s', 2.5),
+      ('smoke', 'standard MFU', 0.70),
+      ('smoke', 'input pipeline / training step rate', 3.0),
+      ('smoke', 'shared / standard tokens/s', 1.25)))
+  assert [t['met'] for t in targets] == [True, False, False, True, None]
+  assert targets[0]['value'] == pytest.approx(2.0)
+  results['targets'] = targets
+  text = bench.render_markdown(results)
+  assert '| `standard` |' in text and '2.00×' in text
+  assert 'python -m sharedbert.bench --preset=smoke' in text
+  path = tmp_path / 'BENCHMARKS.md'
+  path.write_text('# Benchmarks\n\nNotes before.\n\n<!-- bench:begin -->\nold\n'
+                  '<!-- bench:end -->\n\nNotes after.\n')
+  bench.write_markdown(str(path), text)
+  written = path.read_text()
+  assert 'Notes before.' in written and 'Notes after.' in written and 'old' not in written
+  assert written.count(bench.MARK_BEGIN) == 1
+  json.dumps(results)  # The JSON report must serialize.
+
+
+def test_input_pipeline_rate():
+  out = bench.time_input_pipeline(bench.SIZES['smoke'], batches=5, rows=64)
+  assert out['batches_per_s'] > 0 and out['prefetched_on_device_batches_per_s'] > 0
+
+
+def test_rounds_time_every_variant_in_turn_and_pool_the_steps():
+  results = bench.run_benchmarks(
+      preset='smoke', sizes=['smoke'], variants=['standard', 'shared'], steps=2, warmup=1,
+      rounds=2, hf_python='', peak_n=64, peak_dtype='float32', memory_seq_lens=[],
+      pipeline_size='')
+  rows = results['sizes']['smoke']['rows']
+  assert [r['variant'] for r in rows] == ['standard', 'shared']
+  for r in rows:
+    assert len(r['step_times_s']) == 4  # 2 rounds x 2 timed steps.
+    assert r['step_time_s'] == pytest.approx(float(np.median(r['step_times_s'])))
+  assert 'skipped' in results['sizes']['smoke']['hf']
+  assert '2 round(s)' in bench.render_markdown(results)
+
+
+def test_peer_rounds_merge_into_one_row():
+  size = bench.SIZES['smoke']
+  runs = [dict(step_times_s=[1.0, 3.0], step_time_s=2.0, peak_rss_bytes=5, first_step_s=9.0,
+               flops_per_step=100.0, torch='x'),
+          dict(step_times_s=[2.0, 4.0], step_time_s=3.0, peak_rss_bytes=7, first_step_s=1.0,
+               flops_per_step=100.0, torch='x')]
+  out = bench._merge_hf_runs(size, runs)
+  assert out['step_times_s'] == [1.0, 3.0, 2.0, 4.0] and out['step_time_s'] == 2.5
+  assert out['peak_rss_bytes'] == 7 and out['first_step_s'] == 9.0
+  assert out['tokens_per_s'] == pytest.approx(size.batch * size.seq_len / 2.5)
+  assert out['achieved_flops_per_s'] == pytest.approx(40.0)
