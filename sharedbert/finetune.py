@@ -406,7 +406,7 @@ class TaskRun:
       raise UserError(f'batch_size={config.batch_size} is not divisible by the data-parallel '
                       f'size {dp} (mesh.data * mesh.fsdp)')
     self.eval_batch = -(-config.eval.batch_size // dp) * dp
-    self.process = (jax.process_index(), jax.process_count())
+    self.process = sharding.process_batch_block(mesh)  # This process's block of rows.
     self.steps_per_epoch = -(-len(self.train) // config.batch_size)
     self.total_steps = self.steps_per_epoch * config.num_epochs
     optim = ml_collections.ConfigDict(config.optim.to_dict())

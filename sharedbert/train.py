@@ -35,6 +35,7 @@ from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, prefetch
 from sharedbert.errors import UserError
 from sharedbert.metric_writer import MetricWriter
+from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
 # The names of parameters that are exempt from weight decay: biases, LayerNorm, and the
@@ -316,12 +317,20 @@ def write_config(config, workdir):
 
 
 def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
-  saved = meta.get('model', {})
+  saved = dict(meta.get('model', {}))
   current = model_cfg.to_dict()
-  # Settings that change the parameter tree (or its meaning) must match to resume.
-  keys = ('attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
-          'max_position_embeddings', 'type_vocab_size', 'pre_layer_norm', 'masa_atoms',
-          'masa_projections', 'qk_shared_fraction')
+  # Settings that change the parameter tree (or its meaning) must match to resume; a
+  # variant's own settings only for that variant, and masa's atom count as resolved
+  # (0 means ceil(L/3), so 0 and its value are the same model).
+  keys = ['attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
+          'max_position_embeddings', 'type_vocab_size', 'pre_layer_norm']
+  if model_cfg.attention == 'masa':
+    keys += ['masa_atoms', 'masa_projections']
+    if 'masa_atoms' in saved and 'num_layers' in saved:
+      saved['masa_atoms'] = saved['masa_atoms'] or -(-saved['num_layers'] // 3)
+    current['masa_atoms'] = attention_lib.masa_num_atoms(model_cfg)
+  if model_cfg.attention == 'partial_qk':
+    keys.append('qk_shared_fraction')
   diffs = [f'{k}: checkpoint {saved.get(k)!r} vs config {current.get(k)!r}'
            for k in keys if k in saved and saved.get(k) != current.get(k)]
   if diffs:

@@ -250,3 +250,19 @@ def test_glue_missing_split_and_malformed_row(tmp_path):
   assert str(e.value).startswith(f'GLUE split file missing: {tmp_path}/RTE/dev.tsv not found')
   for error in (e.value,):
     assert '\n' not in str(error)
+
+
+def test_resume_check_compares_what_changes_the_model():
+  from sharedbert.models.bert import ModelConfig
+  masa = ModelConfig(attention='masa', num_layers=6, masa_atoms=0)   # 0: ceil(6/3) = 2 atoms.
+  meta = {'model': ModelConfig(attention='masa', num_layers=6, masa_atoms=2).to_dict()}
+  train._check_compatible(meta, masa, 'W')  # The same model: no error.
+  meta = {'model': ModelConfig(attention='masa', num_layers=6, masa_atoms=3).to_dict()}
+  with pytest.raises(UserError, match='masa_atoms: checkpoint 3 vs config 2'):
+    train._check_compatible(meta, masa, 'W')
+  # Another variant's setting does not matter to `standard`.
+  meta = {'model': ModelConfig(attention='standard', qk_shared_fraction=0.25).to_dict()}
+  train._check_compatible(meta, ModelConfig(attention='standard'), 'W')
+  with pytest.raises(UserError, match='hidden_size'):
+    train._check_compatible(meta, ModelConfig(attention='standard', hidden_size=384,
+                                              num_heads=6), 'W')

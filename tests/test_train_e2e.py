@@ -6,26 +6,9 @@ import subprocess
 import sys
 
 import numpy as np
+from test_sharding import write_corpus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORDS = ('the cat sat on a mat while seven dogs ran past the old red barn and a small bird '
-         'sang of rain wind and snow in the north field').split()
-
-
-def write_corpus(path, num_docs=400, seed=0):
-  rng = np.random.default_rng(seed)
-  # Markov-ish text: each word tends to be followed by the next in WORDS, so context helps.
-  docs = []
-  for _ in range(num_docs):
-    i = rng.integers(len(WORDS))
-    words = []
-    for _ in range(rng.integers(20, 60)):
-      words.append(WORDS[i])
-      i = (i + 1) % len(WORDS) if rng.random() < 0.8 else rng.integers(len(WORDS))
-    docs.append(' '.join(words) + '.')
-  path.write_text('\n\n'.join(docs), encoding='utf-8')
-
-
 TINY_FLAGS = [
     '--config.model.num_layers=1', '--config.model.hidden_size=32', '--config.model.num_heads=2',
     '--config.model.mlp_dim=64', '--config.model.vocab_size=256', '--config.data.batch_size=16',
@@ -50,7 +33,7 @@ def read_metrics(workdir):
 
 def test_tiny_run_learns_writes_its_workdir_and_resumes(tmp_path):
   corpus = tmp_path / 'corpus.txt'
-  write_corpus(corpus)
+  write_corpus(corpus, num_docs=400)
   workdir = tmp_path / 'run'
   first = run_main(workdir, corpus, '--config.total_steps=40')
   assert first.returncode == 0, first.stderr[-3000:]

@@ -20,6 +20,7 @@ import pytest
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
+from test_model import make_inputs
 
 VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'masa')
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=64,
@@ -29,18 +30,6 @@ ATOL = 2e-5
 
 def config(attention, **kw):
   return ModelConfig(attention=attention, **{**TINY, **kw})
-
-
-def make_inputs(b=3, t=10, p=4, vocab=97, seed=0):
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(5, vocab, (b, t)).astype(np.int32)
-  mask = np.ones((b, t), np.int32)
-  mask[1, 6:] = 0  # Padding in one row.
-  ids[mask == 0] = 0
-  segments = np.zeros((b, t), np.int32)
-  segments[:, 5:] = 1
-  positions = rng.integers(1, 6, (b, p)).astype(np.int32)
-  return ids, segments, mask, positions
 
 
 INPUTS = make_inputs()
