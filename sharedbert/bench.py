@@ -53,7 +53,7 @@ from sharedbert import sharding
 from sharedbert import train
 from sharedbert.data.pretrain import InMemoryData, mask_rows, prefetch
 from sharedbert.data.tokenizer import CLS_ID, NUM_SPECIAL
-from sharedbert.errors import UserError
+from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
@@ -791,11 +791,8 @@ def main(argv):
 
 def entry():
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  try:
+  with one_line_errors('sharedbert.bench'):
     app.run(main)
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == '__main__':

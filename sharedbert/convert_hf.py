@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from typing import Any, Callable
 
 from absl import app
@@ -47,7 +46,7 @@ from ml_collections import config_flags
 import numpy as np
 
 from sharedbert import checkpoint as checkpoint_lib
-from sharedbert.errors import UserError
+from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
 FLAGS = flags.FLAGS
@@ -454,7 +453,7 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
 
 def main(argv):
   logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.
-  try:
+  with one_line_errors('sharedbert.convert_hf', FLAGS.verbose):
     if len(argv) != 2 or argv[1] not in ('import', 'export'):
       raise UserError('say which direction: python -m sharedbert.convert_hf import|export '
                       '--hf_dir=... --workdir=...')
@@ -467,11 +466,6 @@ def main(argv):
       notes = export_hf(FLAGS.workdir, FLAGS.hf_dir, FLAGS.step)
     for note in notes:
       print(f'  {note}')
-  except UserError as e:
-    if FLAGS.verbose:
-      raise
-    print(f'sharedbert.convert_hf: error: {e}', file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == '__main__':

@@ -32,7 +32,6 @@ import copy
 import dataclasses
 import os
 import shutil
-import sys
 
 from absl import app
 from absl import flags
@@ -40,7 +39,7 @@ from absl import logging
 import numpy as np
 
 from sharedbert import convert_hf
-from sharedbert.errors import UserError
+from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
 
@@ -221,17 +220,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.
-  try:
+  with one_line_errors('sharedbert.convert_shared', FLAGS.verbose):
     if not (FLAGS.source and FLAGS.target and FLAGS.attention):
       raise UserError('--source, --target and --attention are required')
     print(convert_workdir(FLAGS.source, FLAGS.target, FLAGS.attention,
                           masa_atoms=FLAGS.masa_atoms, masa_projections=FLAGS.masa_projections,
                           step=FLAGS.step))
-  except UserError as e:
-    if FLAGS.verbose:
-      raise
-    print(f'sharedbert.convert_shared: error: {e}', file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == '__main__':

@@ -34,7 +34,7 @@ from absl import logging
 from ml_collections import config_flags
 from ml_collections.config_flags import config_path
 
-from sharedbert.errors import UserError
+from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (see configs/).',
@@ -42,8 +42,6 @@ config_flags.DEFINE_config_file('config', None, 'Experiment config file (see con
 flags.DEFINE_string('workdir', None, 'Directory for everything this run writes.')
 flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 flags.mark_flags_as_required(['config', 'workdir'])
-
-USER_ERROR_EXIT_CODE = 2
 
 
 def distributed_args(environ) -> dict | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -30,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
 
-from sharedbert.errors import UserError
+from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
@@ -294,13 +293,8 @@ def run() -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  try:
+  with one_line_errors('sharedbert.params', FLAGS.verbose):
     print(run())
-  except UserError as e:
-    if FLAGS.verbose:
-      raise
-    print(f'sharedbert.params: error: {e}', file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == '__main__':

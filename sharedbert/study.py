@@ -36,7 +36,6 @@ import functools
 import json
 import os
 import shutil
-import sys
 import time
 
 from absl import app
@@ -45,7 +44,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from sharedbert.errors import UserError
+from sharedbert.errors import UserError, one_line_errors
 
 FLAGS = flags.FLAGS
 
@@ -410,13 +409,8 @@ def main(argv):
   if not jax.config.jax_compilation_cache_dir and '://' not in FLAGS.workdir:
     jax.config.update('jax_compilation_cache_dir', os.path.join(FLAGS.workdir, 'jax_cache'))
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
-  try:
+  with one_line_errors('sharedbert.study', FLAGS.verbose):
     run_study(FLAGS.config, FLAGS.workdir, report_only=FLAGS.report_only)
-  except UserError as e:
-    if FLAGS.verbose:
-      raise
-    print(f'sharedbert.study: error: {e}', file=sys.stderr)
-    sys.exit(2)
 
 
 def _define_flags():
