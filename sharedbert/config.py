@@ -76,8 +76,6 @@ def parse_arg(arg: str | None, known: dict[str, object]) -> dict[str, object]:
 
 
 def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
-  if size not in SIZES:
-    raise UserError(f'unknown model size {size!r}; choose one of {", ".join(SIZES)}')
   m = ml_collections.ConfigDict()
   m.attention = attention
   m.update(SIZES[size])
@@ -100,10 +98,61 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   return m
 
 
+# The budget recipe (`recipe=budget`): what changes from BERT's recipe to learn the most per
+# second of wall time on small hardware, after Cramming (Geiping & Goldstein 2022, arXiv
+# 2212.14034) and Wettig et al. 2022 (arXiv 2202.08005), measured in docs/recipe.md. The
+# same keys for every attention variant, so a study stays matched. Grouped by idea: each
+# group is one row of the ablation (sharedbert.recipe_ablation leaves it out).
+BUDGET_RECIPE = {
+    'pre-LN': {'model.pre_layer_norm': True},
+    'no dropout': {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0},
+    'higher peak lr': {'optim.lr': 2e-3},
+    'mask 40%': {'data.mask_rate': 0.4},
+}
+RECIPES = ('bert', 'budget')
+
+# Fixed sentences in the style of the demo corpus (the standard library's docstrings).
+DEMO_FILL_MASK_EXAMPLES = (
+    'Return the [MASK] of the list.',
+    'If the file does not [MASK], an error is raised.',
+    'The default value is [MASK].',
+    'Raise a [MASK] if the key is not found.',
+    'This method is called when the [MASK] is closed.',
+)
+
+
+def recipe_overrides(recipe: str, without: tuple[str, ...] = ()) -> dict[str, object]:
+  """The keys (dotted) that `recipe` sets on top of BERT's recipe, minus the named groups."""
+  if recipe not in RECIPES:
+    raise UserError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
+  unknown = set(without) - set(BUDGET_RECIPE)
+  if unknown:
+    raise UserError(f'unknown budget-recipe groups {sorted(unknown)}; known: '
+                    f'{", ".join(BUDGET_RECIPE)}')
+  if recipe == 'bert':
+    return {}
+  return {k: v for group, keys in BUDGET_RECIPE.items() if group not in without
+          for k, v in keys.items()}
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, object]):
+  for dotted, value in overrides.items():
+    *parents, leaf = dotted.split('.')
+    node = config
+    for name in parents:
+      node = node[name]
+    node[leaf] = value
+
+
 def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.ConfigDict:
   """The pretraining recipe for one attention variant; see the module docstring."""
-  args = parse_arg(arg, {'size': 'base', 'corpus': ''})
+  args = parse_arg(arg, {'size': 'base', 'corpus': '', 'recipe': ''})
   size = args['size']
+  if size not in SIZES:
+    raise UserError(f'unknown model size {size!r}; choose one of {", ".join(SIZES)}')
+  # BERT's recipe for BERT-base (the papers' setting); the budget recipe for the sizes
+  # meant for one small machine.
+  recipe = args['recipe'] or ('bert' if size == 'base' else 'budget')
 
   config = ml_collections.ConfigDict()
   config.mode = 'pretrain'
@@ -117,7 +166,7 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   config.data.seq_len = 128
   config.data.batch_size = 256        # Global batch, over all processes.
   config.data.mask_rate = 0.15
-  config.data.max_predictions = 20    # Cap per sequence (BERT: 20 at length 128).
+  config.data.max_predictions = 0     # Cap per sequence; 0: ceil(mask_rate * seq_len) (BERT: 20).
   config.data.eval_fraction = 0.01    # Held-out share of the documents (local corpora).
   config.data.vocab_train_sentences = 2_000_000  # Lines sentencepiece samples to learn the vocabulary.
   config.data.vocab_model_type = 'unigram'
@@ -150,6 +199,9 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   config.eval_every_steps = 5_000
   config.eval_batches = 20            # Held-out batches per evaluation (0: all of them).
   config.restart = False              # True: discard an incompatible checkpoint in the workdir.
+  # Sentences for fill_mask at the end of the run (printed and in summary.json): a quick look
+  # at whether the model uses context. The demo presets set some for the demo corpus.
+  config.fill_mask_examples = ()
 
   if size == 'small':
     config.data.corpus = args['corpus'] or 'demo'
@@ -172,4 +224,7 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
     config.eval_every_steps = 100
     config.eval_batches = 10
     config.ckpt.every_steps = 100
+  if config.data.corpus == 'demo':
+    config.fill_mask_examples = DEMO_FILL_MASK_EXAMPLES
+  apply_overrides(config, recipe_overrides(recipe))
   return config

@@ -126,7 +126,7 @@ def _restore_params(workdir, step, model, config, mesh, axis_rules):
 
   d = config.data
   with nn.logical_axis_rules(axis_rules):
-    boxed = jax.eval_shape(lambda r: train.init_params(model, r, d.seq_len, d.max_predictions),
+    boxed = jax.eval_shape(lambda r: train.init_params(model, r, d.seq_len),
                            jax.random.key(0))
     shardings = sharding.logical_shardings(boxed, mesh, axis_rules)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
@@ -242,7 +242,7 @@ class Restored:
     (score: the probability; sequence: the text with that token in place), best first; for
     several [MASK]s, one such list per [MASK].
     """
-    ids = self._tokenize([text], None)
+    ids = _drop_space_before_masks(self._tokenize([text], None), self.tokenizer)
     positions = np.flatnonzero(ids[0] == MASK_ID)
     if not len(positions):
       raise UserError(f'fill_mask: no [MASK] in {text!r} (within the first {self.max_length} '
@@ -254,6 +254,9 @@ class Restored:
     # Only real pieces: not [PAD]/[CLS]/[SEP]/[MASK], nor ids beyond the learned vocabulary.
     usable = np.zeros(log_probs.shape[-1], bool)
     usable[NUM_SPECIAL:self.tokenizer.vocab_size] = True
+    space = self.tokenizer.sp.piece_to_id(_SPACE)  # A lone word boundary is not a word.
+    if self.tokenizer.id_to_piece(space) == _SPACE:
+      usable[space] = False
     pieces = [self.tokenizer.id_to_piece(i) for i in ids[0]]
     results = []
     for slot, position in enumerate(positions):
@@ -267,6 +270,22 @@ class Restored:
                                    + pieces[position + 1:], ids[0]),
       } for i in best])
     return results[0] if len(results) == 1 else results
+
+
+_SPACE = '\u2581'  # Sentencepiece's word-boundary mark.
+
+
+def _drop_space_before_masks(ids: np.ndarray, tokenizer) -> np.ndarray:
+  """'the [MASK]' encodes as '▁the', '▁', '[MASK]': the lone '▁' is the space that belongs to
+  the masked word (training masks whole pieces such as '▁sum'), so it is dropped and the
+  [MASK] stands for a word with its leading space."""
+  row = ids[0]
+  keep = [i for i in range(len(row))
+          if not (i + 1 < len(row) and row[i + 1] == MASK_ID
+                  and tokenizer.id_to_piece(row[i]) == _SPACE)]
+  out = np.full_like(ids, PAD_ID)
+  out[0, :len(keep)] = row[keep]
+  return out
 
 
 def _join_pieces(pieces: list[str], ids: np.ndarray) -> str:

@@ -32,7 +32,7 @@ from sharedbert import sharding
 from sharedbert import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
-from sharedbert.data.pretrain import PretrainData, prefetch
+from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
 from sharedbert.errors import UserError
 from sharedbert.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
@@ -93,12 +93,19 @@ def validate(config):
 # Model, optimizer, state.
 
 def learning_rate_schedule(optim, total_steps: int):
-  """Linear warmup to optim.lr, then linear decay to 0 at total_steps (BERT)."""
-  warmup = min(int(optim.warmup_steps), total_steps)
-  return optax.join_schedules([
-      optax.linear_schedule(0.0, optim.lr, max(warmup, 1)),
-      optax.linear_schedule(optim.lr, 0.0, max(total_steps - warmup, 1)),
-  ], [warmup])
+  """The learning rate applied at step s (0-based): linear warmup over `warmup_steps` steps
+  (lr·(s+1)/warmup, so the first step already learns), then linear decay that reaches 0 at
+  the last step, total_steps - 1 (BERT's triangular schedule, ending exactly at zero)."""
+  total = max(int(total_steps), 1)
+  warmup = min(max(int(optim.warmup_steps), 0), total)
+  lr = float(optim.lr)
+
+  def schedule(step):
+    s = jnp.asarray(step, jnp.float32)
+    rise = lr * (s + 1.0) / max(warmup, 1)
+    fall = lr * (total - 1.0 - s) / max(total - 1 - warmup, 1)
+    return jnp.clip(jnp.where(s < warmup, rise, fall), 0.0, lr)
+  return schedule
 
 
 def decay_mask(params):
@@ -219,7 +226,7 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
   new_state = TrainState(
       step=state.step + 1,
       params=keep(new_params, state.params),
-      opt_state=keep(new_opt_state, state.opt_state),
+      opt_state=keep_moments_advance_schedule(finite, new_opt_state, state.opt_state),
       skipped=jnp.where(finite, 0, state.skipped + 1),
       skipped_total=state.skipped_total + (~finite).astype(jnp.int32))
   metrics = {
@@ -227,6 +234,19 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
       'learning_rate': schedule(state.step), 'skipped': (~finite).astype(jnp.float32),
   }
   return new_state, metrics
+
+
+def keep_moments_advance_schedule(finite, new_opt_state, old_opt_state):
+  """The optimizer state after a step: the new one if the step was finite; else the old
+  one, except the learning-rate schedule's step count, which always advances. So the rate
+  applied at step s is schedule(s) whether or not earlier steps were skipped (what the
+  log shows), while Adam's moments and bias correction only count applied updates."""
+  is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
+  def pick(new, old):
+    if is_schedule(new):
+      return new
+    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  return jax.tree.map(pick, new_opt_state, old_opt_state, is_leaf=is_schedule)
 
 
 def eval_step(params, batch, *, model):
@@ -299,7 +319,8 @@ def evaluate(eval_fn, params, batches, mesh) -> dict:
       sums[k] += float(out[k])
   w = max(sums['weight'], 1.0)
   return {'eval_loss': sums['loss_sum'] / w, 'eval_mlm_accuracy': sums['correct'] / w,
-          'eval_majority_accuracy': majority_baseline(batches)}
+          'eval_majority_accuracy': majority_baseline(batches),
+          'eval_masked_tokens': int(sums['weight'])}
 
 
 def majority_baseline(batches) -> float:
@@ -341,7 +362,7 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
 
 # What a run leaves in its workdir; config.restart moves these of the old run aside.
 RUN_OUTPUTS = (checkpoint_lib.CHECKPOINT_DIR, 'metrics.jsonl', 'tensorboard', 'vocab.model',
-               'config.json')
+               'config.json', 'summary.json')
 
 
 def _set_aside_old_run(workdir: str):
@@ -443,14 +464,14 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   init_rng, dropout_rng = jax.random.split(rng)
 
   state, state_shardings = create_train_state(model, tx, init_rng, mesh, axis_rules,
-                                              d.seq_len, d.max_predictions)
+                                              d.seq_len, max_predictions(d))
   start_step = 0
   pending_metrics = []  # Per-step metrics since the last log line, kept across a resume.
   reader = None
   if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
     reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
   if reader is not None and reader.latest_step() is not None:
-    target = abstract_state(state_shardings, model, tx, d.seq_len, d.max_predictions)
+    target = abstract_state(state_shardings, model, tx, d.seq_len, max_predictions(d))
     del state
     state, restored_meta, restored = reader.restore(target)
     start_step = int(restored_meta['data_position'])
@@ -486,6 +507,7 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
 
   step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng,
                                config.optim.grad_accum_steps)
+  run_start = time.time()
 
   batches = prefetch(data.train.batches(start_step))
   tokens_per_step = d.batch_size * d.seq_len
@@ -574,7 +596,47 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   ckpt.close()
   writer.close()
   last['step'] = config.total_steps
+  if is_chief:
+    examples = _fill_mask_examples(config, model, state.params, data.tokenizer, mesh,
+                                   axis_rules) if jax.process_count() == 1 else []
+    write_summary(workdir, last, examples, train_seconds=time.time() - run_start)
   return last
+
+
+def _fill_mask_examples(config, model, params, tokenizer, mesh, axis_rules) -> list[dict]:
+  """`fill_mask` on the config's fixed sentences (`fill_mask_examples`): a look at whether
+  the model uses context. Returns [{'text', 'top': [(token, probability), ...]}]."""
+  from sharedbert.restore import Restored
+  sentences = list(config.get('fill_mask_examples', ()) or ())
+  if not sentences:
+    return []
+  run = Restored(model=model, params=params, tokenizer=tokenizer, config=config, mesh=mesh,
+                 step=config.total_steps, axis_rules=axis_rules)
+  examples = []
+  for text in sentences:
+    top = run.fill_mask(text, top_k=3)
+    top = top if isinstance(top[0], dict) else top[0]  # The first [MASK] of several.
+    examples.append({'text': text, 'top': [(t['token'], round(t['score'], 4)) for t in top]})
+    logging.info('fill_mask %r -> %s', text,
+                 ', '.join(f'{tok!r} {p:.2f}' for tok, p in examples[-1]['top']))
+  return examples
+
+
+def write_summary(workdir: str, last: dict, examples: list[dict], train_seconds: float):
+  """WORKDIR/summary.json: the final held-out figures beside the floor to beat, printed too."""
+  summary = {k: last[k] for k in ('step', 'eval_mlm_accuracy', 'eval_majority_accuracy',
+                                  'eval_masked_tokens', 'eval_loss', 'loss') if k in last}
+  summary['train_seconds'] = round(train_seconds, 1)
+  summary['fill_mask'] = examples
+  path = os.path.join(workdir, 'summary.json')
+  with tf.io.gfile.GFile(path + '.tmp', 'w') as f:
+    f.write(json.dumps(summary, indent=2) + '\n')
+  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
+  if 'eval_mlm_accuracy' in last:
+    logging.info('Held-out MLM accuracy %.4f on %d masked tokens; always predicting the most '
+                 'frequent token (the floor) scores %.4f. Written to %s',
+                 last['eval_mlm_accuracy'], last.get('eval_masked_tokens', 0),
+                 last['eval_majority_accuracy'], path)
 
 
 def _sync(name: str):

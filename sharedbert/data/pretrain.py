@@ -5,7 +5,8 @@ Packing (RoBERTa's FULL-SENTENCES, MLM only): documents are tokenized, each foll
 with [CLS]; only the last row is padded. All segment ids are 0.
 
 Masking (BERT's `create_masked_lm_predictions`): of the non-special tokens of a row,
-round(mask_rate * n) are chosen (at least 1, at most `max_predictions`): 80% become
+round(mask_rate * n) are chosen (at least 1, at most `max_predictions`, which by default is
+ceil(mask_rate * seq_len), so the cap never lowers the rate; see `max_predictions`): 80% become
 [MASK], 10% a random token, 10% stay. Masking is dynamic (a row is masked afresh each
 epoch) and deterministic: the mask of a row depends only on (seed, epoch, row index).
 
@@ -19,6 +20,7 @@ same contract within each process's shard and resume by replaying the stream.
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 from typing import Iterator
@@ -44,6 +46,14 @@ def pack(token_lists, seq_len: int) -> np.ndarray:
   padded[:len(stream)] = stream
   rows = padded.reshape(num_rows, body)
   return np.concatenate([np.full((num_rows, 1), CLS_ID, np.int32), rows], axis=1)
+
+
+def max_predictions(data_cfg) -> int:
+  """Masked positions per sequence: `data.max_predictions`, or when it is 0 (the default)
+  ceil(mask_rate * seq_len), which never cuts the masking rate (BERT: 20 at 128 and 15%)."""
+  if data_cfg.max_predictions:
+    return int(data_cfg.max_predictions)
+  return max(1, math.ceil(round(data_cfg.mask_rate * data_cfg.seq_len, 6)))
 
 
 def mask_rows(rows: np.ndarray, keys: np.ndarray, *, seed: int, mask_rate: float,
@@ -227,7 +237,7 @@ class PretrainData:
     if self.tokenizer.vocab_size > config.model.vocab_size:
       raise UserError(f'the vocabulary at {vocab_path} has {self.tokenizer.vocab_size} pieces '
                       f'but model.vocab_size is {config.model.vocab_size}')
-    masking = dict(mask_rate=d.mask_rate, max_predictions=d.max_predictions,
+    masking = dict(mask_rate=d.mask_rate, max_predictions=max_predictions(d),
                    vocab_size=self.tokenizer.vocab_size)
     common = dict(global_batch=d.batch_size, process_index=process_index,
                   process_count=process_count, masking=masking)
@@ -242,11 +252,16 @@ class PretrainData:
       train_rows = pack(self.tokenizer.encode(train_docs), d.seq_len)
       eval_rows = pack(self.tokenizer.encode(eval_docs), d.seq_len)
       self.train = InMemoryData(train_rows, seed=config.seed, shuffle=True, **common)
-      evaluation = InMemoryData(eval_rows, seed=config.seed + 1, shuffle=False, **common)
-      n = max(1, len(eval_rows) // d.batch_size)
+      # Fixed held-out batches (same masks at every evaluation, so figures compare). Every
+      # held-out row is used once: the last batch is filled with [PAD] rows, which have
+      # nothing to mask (weight 0), so a small held-out set is never wrapped around.
+      n = -(-len(eval_rows) // d.batch_size)
       if config.eval_batches:
         n = min(n, config.eval_batches)
-      # Fixed held-out batches (same masks at every evaluation, so figures compare).
+      padded = np.full((n * d.batch_size, d.seq_len), PAD_ID, np.int32)
+      kept = eval_rows[:len(padded)]
+      padded[:len(kept)] = kept
+      evaluation = InMemoryData(padded, seed=config.seed + 1, shuffle=False, **common)
       self.eval_batches = [evaluation.batch(i) for i in range(n)]
       self.num_train_rows = len(train_rows)
 
