@@ -20,10 +20,10 @@ from sharedbert.errors import UserError
 SIZES = {
     # BERT-base (Devlin et al. 2018).
     'base': dict(num_layers=12, hidden_size=768, num_heads=12, mlp_dim=3072, vocab_size=30522),
-    # A small model for one GPU or a long CPU study.
+    # A small model for one GPU, or 30 minutes of a 2-core CPU (the `small` preset).
     'small': dict(num_layers=4, hidden_size=256, num_heads=4, mlp_dim=1024, vocab_size=8192),
     # Runs end to end on a 2-core CPU in a few minutes.
-    'tiny': dict(num_layers=2, hidden_size=128, num_heads=2, mlp_dim=512, vocab_size=4096),
+    'tiny': dict(num_layers=2, hidden_size=128, num_heads=2, mlp_dim=512, vocab_size=2048),
 }
 
 # The tfds corpus of the base presets (English Wikipedia); prepare it with
@@ -106,8 +106,12 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
 BUDGET_RECIPE = {
     'pre-LN': {'model.pre_layer_norm': True},
     'no dropout': {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0},
-    'higher peak lr': {'optim.lr': 2e-3},
+    'peak lr 2e-3': {'optim.lr': 2e-3},
+    'Adam b2 0.98': {'optim.b2': 0.98},
     'mask 40%': {'data.mask_rate': 0.4},
+    # BERT's 0.02 suits D=768 (about 0.55/sqrt(D)); narrow models start with layers whose
+    # outputs are too small beside the residual stream. 0.7/sqrt(D): 0.062 at D=128.
+    'init 0.7/sqrt(D)': {'model.initializer_range': lambda c: round(0.7 / c.model.hidden_size ** 0.5, 4)},
 }
 RECIPES = ('bert', 'budget')
 
@@ -121,8 +125,12 @@ DEMO_FILL_MASK_EXAMPLES = (
 )
 
 
-def recipe_overrides(recipe: str, without: tuple[str, ...] = ()) -> dict[str, object]:
-  """The keys (dotted) that `recipe` sets on top of BERT's recipe, minus the named groups."""
+def recipe_overrides(recipe: str, without: tuple[str, ...] = (),
+                     config: ml_collections.ConfigDict | None = None) -> dict[str, object]:
+  """The keys (dotted) that `recipe` sets on top of BERT's recipe, minus the named groups.
+
+  A value may depend on the config it is applied to (the init scale on the width); with
+  `config` None such values are left as functions of it."""
   if recipe not in RECIPES:
     raise UserError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
   unknown = set(without) - set(BUDGET_RECIPE)
@@ -131,7 +139,8 @@ def recipe_overrides(recipe: str, without: tuple[str, ...] = ()) -> dict[str, ob
                     f'{", ".join(BUDGET_RECIPE)}')
   if recipe == 'bert':
     return {}
-  return {k: v for group, keys in BUDGET_RECIPE.items() if group not in without
+  return {k: (v(config) if callable(v) and config is not None else v)
+          for group, keys in BUDGET_RECIPE.items() if group not in without
           for k, v in keys.items()}
 
 
@@ -167,6 +176,7 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   config.data.batch_size = 256        # Global batch, over all processes.
   config.data.mask_rate = 0.15
   config.data.max_predictions = 0     # Cap per sequence; 0: ceil(mask_rate * seq_len) (BERT: 20).
+  config.data.eval_mask_rate = 0.15   # Held-out evaluation's masking rate, whatever mask_rate is.
   config.data.eval_fraction = 0.01    # Held-out share of the documents (local corpora).
   config.data.vocab_train_sentences = 2_000_000  # Lines sentencepiece samples to learn the vocabulary.
   config.data.vocab_model_type = 'unigram'
@@ -204,27 +214,29 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   config.fill_mask_examples = ()
 
   if size == 'small':
+    # About 30 minutes on 2 CPU cores; meant for a corpus of a few MB or more.
     config.data.corpus = args['corpus'] or 'demo'
-    config.data.batch_size = 64
+    config.data.batch_size = 32
     config.optim.lr = 5e-4
-    config.optim.warmup_steps = 500
-    config.total_steps = 10_000
+    config.optim.warmup_steps = 100
+    config.total_steps = 2_400
     config.log_every_steps = 50
-    config.eval_every_steps = 1_000
-    config.ckpt.every_steps = 1_000
+    config.eval_every_steps = 200
+    config.ckpt.every_steps = 400
   elif size == 'tiny':
+    # The README's demo: under 5 minutes on 2 CPU cores, install excluded.
     config.data.corpus = args['corpus'] or 'demo'
     config.data.batch_size = 32
     config.data.vocab_train_sentences = 200_000
     config.data.eval_fraction = 0.05
     config.optim.lr = 1e-3
     config.optim.warmup_steps = 50
-    config.total_steps = 300
-    config.log_every_steps = 20
-    config.eval_every_steps = 100
-    config.eval_batches = 10
-    config.ckpt.every_steps = 100
+    config.total_steps = 1_000
+    config.log_every_steps = 50
+    config.eval_every_steps = 250
+    config.eval_batches = 0
+    config.ckpt.every_steps = 250
   if config.data.corpus == 'demo':
     config.fill_mask_examples = DEMO_FILL_MASK_EXAMPLES
-  apply_overrides(config, recipe_overrides(recipe))
+  apply_overrides(config, recipe_overrides(recipe, config=config))
   return config

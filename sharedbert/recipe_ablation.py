@@ -52,8 +52,16 @@ def arm_config(arm: str, overrides: dict, preset: str, variant: str, corpus: str
   """The preset under BERT's recipe, then the arm's overrides (the budget keys it keeps)."""
   arg = f'size={preset},recipe=bert' + (f',corpus={corpus}' if corpus else '')
   config = sb_config.pretrain_config(variant, arg)
-  sb_config.apply_overrides(config, overrides)
+  sb_config.apply_overrides(config, {k: v(config) if callable(v) else v
+                                     for k, v in overrides.items()})
   return config
+
+
+def _get(config, dotted: str):
+  node = config
+  for name in dotted.split('.'):
+    node = node[name]
+  return node
 
 
 def _read_metrics(workdir: str) -> list[dict]:
@@ -109,7 +117,8 @@ def run_arm(arm: str, overrides: dict, workdir: str) -> dict:
     if 'eval_mlm_accuracy' in m:
       curve.append((m['step'], round(clock, 1), m['eval_mlm_accuracy']))
   final = [m for m in metrics if 'eval_mlm_accuracy' in m][-1]
-  return {'arm': arm, 'overrides': overrides, 'steps': steps,
+  resolved = {k: _get(config, k) for k in overrides}  # As applied to this preset.
+  return {'arm': arm, 'overrides': resolved, 'steps': steps,
           'calibrated_step_time': round(step_time, 4), 'train_seconds': round(clock, 1),
           'wall_seconds_this_call': round(time.time() - start, 1),
           'eval_mlm_accuracy': final['eval_mlm_accuracy'],
@@ -142,8 +151,9 @@ def write_report(results: list[dict], out: str, command: str, load: str):
                  f'{r["eval_mlm_accuracy"]:.3f} | {delta} | {r["eval_majority_accuracy"]:.3f} | '
                  f'{r["eval_masked_tokens"]} | {r["eval_loss"]:.3f} |')
   lines += ['', 'The budget recipe\'s keys (`sharedbert/config.py`, `BUDGET_RECIPE`):', '']
+  budget_values = (budget or results[0])['overrides'] if results else {}
   for group, keys in sb_config.BUDGET_RECIPE.items():
-    lines.append(f'- {group}: ' + ', '.join(f'`{k}={v}`' for k, v in keys.items()))
+    lines.append(f'- {group}: ' + ', '.join(f'`{k}={budget_values.get(k, v)}`' for k, v in keys.items()))
   lines += ['', '![learning curves](learning_curves.png)', '']
   with open(os.path.join(out, 'recipe.md'), 'w') as f:
     f.write('\n'.join(lines))

@@ -71,8 +71,9 @@ def validate(config):
   if config.ckpt.every_steps <= 0:
     raise UserError(f'ckpt.every_steps must be positive, got {config.ckpt.every_steps}')
   d = config.data
-  if not 0.0 < d.mask_rate < 1.0:
-    raise UserError(f'data.mask_rate must be in (0, 1), got {d.mask_rate}')
+  for key in ('mask_rate', 'eval_mask_rate'):
+    if not 0.0 < d[key] < 1.0:
+      raise UserError(f'data.{key} must be in (0, 1), got {d[key]}')
   if d.seq_len > config.model.max_position_embeddings:
     raise UserError(f'data.seq_len={d.seq_len} exceeds model.max_position_embeddings='
                     f'{config.model.max_position_embeddings}')

@@ -45,7 +45,7 @@ def test_the_budget_recipe_changes_exactly_its_keys_for_every_variant(path, size
   bert = flat(load_config(path, f'size={size},recipe=bert'))
   budget = flat(load_config(path, f'size={size},recipe=budget'))
   changed = {k for k in bert if bert[k] != budget[k]}
-  expected = sb_config.recipe_overrides('budget')
+  expected = sb_config.recipe_overrides('budget', config=load_config(path, f'size={size},recipe=bert'))
   assert set(bert) == set(budget)
   # Every budget key is set to its value; a key already at that value is not a change.
   assert changed == {k for k, v in expected.items() if bert[k] != v}

@@ -241,11 +241,16 @@ class PretrainData:
                    vocab_size=self.tokenizer.vocab_size)
     common = dict(global_batch=d.batch_size, process_index=process_index,
                   process_count=process_count, masking=masking)
+    # The held-out set is masked at `data.eval_mask_rate` whatever the training rate, so that
+    # runs trained at different rates are scored on the same task.
+    eval_masking = dict(masking, mask_rate=d.eval_mask_rate,
+                        max_predictions=max(1, math.ceil(round(d.eval_mask_rate * d.seq_len, 6))))
+    eval_common = dict(common, masking=eval_masking)
     if streaming:
       self.train = StreamingData(lambda: tfds_docs('train'), self.tokenizer, seq_len=d.seq_len,
                                  seed=config.seed, shuffle_buffer=d.shuffle_buffer, **common)
       eval_stream = StreamingData(lambda: tfds_docs('eval'), self.tokenizer, seq_len=d.seq_len,
-                                  seed=config.seed + 1, shuffle_buffer=1, **common)
+                                  seed=config.seed + 1, shuffle_buffer=1, **eval_common)
       n = max(config.eval_batches, 1)
       self.eval_batches = list(itertools.islice(eval_stream.batches(), n))
     else:
@@ -261,7 +266,7 @@ class PretrainData:
       padded = np.full((n * d.batch_size, d.seq_len), PAD_ID, np.int32)
       kept = eval_rows[:len(padded)]
       padded[:len(kept)] = kept
-      evaluation = InMemoryData(padded, seed=config.seed + 1, shuffle=False, **common)
+      evaluation = InMemoryData(padded, seed=config.seed + 1, shuffle=False, **eval_common)
       self.eval_batches = [evaluation.batch(i) for i in range(n)]
       self.num_train_rows = len(train_rows)
 
