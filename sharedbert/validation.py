@@ -297,8 +297,8 @@ def glue(config) -> None:
 def study(config) -> None:
   """The study's own values, then each pretraining and fine-tuning config it will run."""
   check_table(config, STUDY)
-  for level in config.robustness.levels:
-    number(0).check('robustness.levels[...]', level)
+  for i, level in enumerate(config.robustness.levels):
+    number(0).check(f'robustness.levels[{i}]', level)
   versions = tuple(config.squad.versions)
   for v in versions:
     if v not in SQUAD_VERSIONS:
