@@ -34,6 +34,10 @@ class Checkpointer:
   def __init__(self, workdir: str, ckpt_cfg=None, *, read_only: bool = False):
     policies = ocp.checkpoint_managers
     save_policy = None
+    if ckpt_cfg is not None and not int(ckpt_cfg.max_to_keep) >= 1:
+      # orbax's LatestN(0) would delete every checkpoint, the newest included.
+      raise UserError('ckpt.max_to_keep must be a positive integer (the newest checkpoints '
+                      f'kept), got {ckpt_cfg.max_to_keep!r}')
     if ckpt_cfg is not None:
       # Save every N steps, and whenever orbax sees a preemption notice (pods, SLURM with
       # jax.distributed): `should_save` then answers True at the next step.

@@ -46,6 +46,7 @@ from ml_collections import config_flags
 import numpy as np
 
 from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import validation
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
@@ -81,6 +82,9 @@ ARCHITECTURE_KEYS = ('attention', 'vocab_size', 'hidden_size', 'num_layers', 'nu
 
 def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
   """The `standard` ModelConfig of a Hugging Face BertConfig (as a dict)."""
+  if not isinstance(hf, dict):
+    raise UserError(f'{where} holds a JSON {type(hf).__name__}, not an object; is it a BERT '
+                    'config.json?')
   if hf.get('model_type', 'bert') != 'bert':
     raise UserError(f'{where}: model_type is {hf.get("model_type")!r}, not "bert"')
   if hf.get('hidden_act', 'gelu') != 'gelu':
@@ -107,7 +111,12 @@ def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
         layer_norm_eps=float(hf.get('layer_norm_eps', 1e-12)), pre_layer_norm=False)
   except KeyError as e:
     raise UserError(f'{where} has no {e.args[0]!r}; is it a BERT config?') from e
-  cfg.validate()
+  except (TypeError, ValueError) as e:
+    raise UserError(f'{where}: a size or rate is not a number ({e})') from e
+  try:
+    cfg.validate()
+  except UserError as e:  # Named as the ModelConfig field; say which file it came from.
+    raise UserError(f'{where}: {e}') from e
   return cfg
 
 
@@ -296,15 +305,16 @@ def read_hf_dir(hf_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
   if not os.path.isfile(config_path):
     raise UserError(f'{config_path} does not exist; --hf_dir must be a directory that '
                     'save_pretrained wrote')
-  with open(config_path, encoding='utf-8') as f:
-    hf_config = json.load(f)
+  hf_config = _read_json(config_path)
   single = os.path.join(hf_dir, 'model.safetensors')
   index = os.path.join(hf_dir, 'model.safetensors.index.json')
   if os.path.isfile(single):
     files = [single]
   elif os.path.isfile(index):
-    with open(index, encoding='utf-8') as f:
-      shards = sorted(set(json.load(f)['weight_map'].values()))
+    try:
+      shards = sorted(set(_read_json(index)['weight_map'].values()))
+    except (KeyError, TypeError, AttributeError):
+      raise UserError(f'{index} has no "weight_map" of tensor names to files') from None
     files = [os.path.join(hf_dir, s) for s in shards]
   elif os.path.isfile(os.path.join(hf_dir, 'pytorch_model.bin')):
     raise UserError(f'{hf_dir} holds pytorch_model.bin only; save it as safetensors first '
@@ -313,8 +323,24 @@ def read_hf_dir(hf_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
     raise UserError(f'{hf_dir} has no model.safetensors (or model.safetensors.index.json)')
   tensors = {}
   for path in files:
-    tensors.update(load_file(path))
+    if not os.path.isfile(path):
+      raise UserError(f'{path} does not exist (listed in {index}); copy every shard')
+    try:
+      tensors.update(load_file(path))
+    except Exception as e:  # pylint: disable=broad-except
+      # safetensors raises its own error (and OSError, ValueError) for a damaged file.
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise UserError(f'{path} is not a readable safetensors file ({first}); save or '
+                      'download it again') from None
   return hf_config, tensors
+
+
+def _read_json(path: str):
+  try:
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f'{path} is not valid JSON ({e}); save or download it again') from None
 
 
 def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params):
@@ -406,8 +432,10 @@ def read_workdir_config(workdir: str) -> ml_collections.ConfigDict:
   path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(path):
     raise UserError(f'{path} does not exist; is {workdir} a sharedbert workdir?')
-  with open(path, encoding='utf-8') as f:
-    return ml_collections.ConfigDict(json.load(f))
+  config = _read_json(path)
+  if not isinstance(config, dict):
+    raise UserError(f'{path} is not a sharedbert config (a JSON object)')
+  return ml_collections.ConfigDict(config)
 
 
 # ---------------------------------------------------------------------------------------
@@ -428,6 +456,10 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   for key in ARCHITECTURE_KEYS:
     config.model[key] = hf_model[key]
   config.hf_checkpoint = os.path.abspath(hf_dir)
+  # The recipe the workdir resumes with, before any write (its seq_len may still need
+  # lowering to a small checkpoint's max_position_embeddings: main says so).
+  validation.check_table(config, validation.PRETRAIN)
+  validation.workdir(workdir)
   params, notes = params_from_hf(tensors, model_cfg, seed=config.seed)
   write_checkpoint(workdir, config, params, source=f'huggingface:{os.path.abspath(hf_dir)}',
                    vocab_size=model_cfg.vocab_size)
@@ -470,4 +502,5 @@ def main(argv):
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main)
+  from sharedbert import cli
+  app.run(main, flags_parser=cli.flags_parser('sharedbert.convert_hf', 'sharedbert.convert_hf'))

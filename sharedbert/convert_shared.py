@@ -39,6 +39,7 @@ from absl import logging
 import numpy as np
 
 from sharedbert import convert_hf
+from sharedbert import validation
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
@@ -189,6 +190,7 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
   """Converts SOURCE's checkpoint into a new TARGET workdir; returns the report."""
   if os.path.abspath(source) == os.path.abspath(target):
     raise UserError('--target must be a new workdir, not --source')
+  validation.workdir(target)
   source_cfg, params, meta, step = convert_hf.read_params(source, step)
   target_cfg = target_model_config(source_cfg, attention, masa_atoms, masa_projections)
   new_params, rows, header = convert_params(params, source_cfg, target_cfg)
@@ -230,4 +232,5 @@ def main(argv):
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main)
+  from sharedbert import cli
+  app.run(main, flags_parser=cli.flags_parser('sharedbert.convert_shared', 'sharedbert.convert_shared'))

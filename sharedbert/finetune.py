@@ -50,6 +50,7 @@ import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
+from sharedbert import validation
 from sharedbert import train as train_lib
 from sharedbert.data import glue
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -71,27 +72,11 @@ class FinetuneState(struct.PyTreeNode):
 
 
 def validate(config):
+  """The range of every key (sharedbert/validation.py); no file is read."""
   if not config.init_from:
     raise UserError('config.init_from is empty: set --config.init_from to the --workdir of a '
                     'pretraining run (it holds config.json, vocab.model and checkpoints/)')
-  if config.seeds < 1:
-    raise UserError(f'seeds must be at least 1, got {config.seeds}')
-  for key in ('num_epochs', 'batch_size'):
-    if config[key] <= 0:
-      raise UserError(f'{key} must be positive, got {config[key]}')
-  if config.data.seq_len < 3:
-    raise UserError(f'data.seq_len must be at least 3 ([CLS] a [SEP]), got {config.data.seq_len}')
-  if config.data.max_train_examples < 0:
-    raise UserError(f'data.max_train_examples must be >= 0 (0: all), got '
-                    f'{config.data.max_train_examples}')
-  if not 0.0 <= config.optim.warmup_fraction < 1.0:
-    raise UserError(f'optim.warmup_fraction must be in [0, 1), got {config.optim.warmup_fraction}')
-  if config.eval.bootstrap_resamples < 1:
-    raise UserError(f'eval.bootstrap_resamples must be >= 1, got {config.eval.bootstrap_resamples}')
-  if not 0.0 < config.eval.confidence < 1.0:
-    raise UserError(f'eval.confidence must be in (0, 1), got {config.eval.confidence}')
-  if config.eval.batch_size <= 0:
-    raise UserError(f'eval.batch_size must be positive, got {config.eval.batch_size}')
+  validation.glue(config)
 
 
 # ---------------------------------------------------------------------------------------
@@ -181,12 +166,14 @@ def _shapes(tree) -> dict[str, tuple]:
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-def restore_encoder_params(init_from: str, target) -> tuple[Any, int]:
+def restore_encoder_params(init_from: str, target, *,
+                           metadata_only: bool = False) -> tuple[Any, int]:
   """Reads only `params['bert']` of the latest checkpoint in a pretraining workdir.
 
   `target` is the encoder's abstract tree (ShapeDtypeStructs with shardings); the arrays
   are placed as it says. The MLM head and the optimizer state are not read (orbax partial
-  restore). Returns (params, step).
+  restore). Returns (params, step); with `metadata_only`, (None, step) after checking
+  that the checkpoint holds an encoder of target's shapes, without reading an array.
   """
   directory = checkpoint_lib.checkpoint_dir(init_from)
   if not tf.io.gfile.exists(directory):
@@ -210,6 +197,8 @@ def restore_encoder_params(init_from: str, target) -> tuple[Any, int]:
                for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
       raise UserError(f'the encoder in checkpoint {step} of {directory} does not match '
                       f'{init_from}/config.json: {"; ".join(diffs[:5])}')
+    if metadata_only:
+      return None, step
     item = {'params': {'bert': target}}
     restore_args = jax.tree.map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), item)
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
@@ -827,18 +816,64 @@ def write_reports(workdir: str, results: dict):
 # ---------------------------------------------------------------------------------------
 # The entry point.
 
-def finetune_and_evaluate(config, workdir: str) -> dict:
-  """Fine-tunes and scores every task of `config.task`; returns the results.json content."""
+def check_task_data(config, task: str) -> None:
+  """Fails on a task whose training or dev data is missing, empty or malformed.
+
+  glue_data files are read whole (a few seconds for the largest) and dropped; a prepared
+  tfds dataset is opened and one example read.
+  """
+  spec = glue.get_task(task)
+  d = config.data
+  for split in ('train',) + tuple(spec.dev_splits):
+    if d.glue_dir:
+      examples = glue.read_glue_dir(d.glue_dir, spec, split, skip_malformed=d.skip_malformed)
+    else:
+      examples = glue.read_tfds(spec, f'{split}[:1]', d.tfds_data_dir or None)
+    if not examples:
+      raise UserError(f'{spec.name}: the {split} split is empty')
+    if split != 'train' and any(ex.label is None for ex in examples):
+      raise UserError(f'{spec.name}: the {split} split is unlabeled; the dev sets must carry '
+                      'labels')
+
+
+def preflight(config, workdir: str):
+  """Every check a user's mistake can fail, before anything is written or restored:
+  the config's values, the mesh, the pretraining workdir (its config, vocabulary and the
+  encoder's shapes in its latest checkpoint) and each task's data. Returns (mesh,
+  axis_rules, pretrained run, task names)."""
   validate(config)
-  workdir = os.fspath(workdir)
-  is_chief = jax.process_index() == 0
+  validation.workdir(workdir)
   mesh = sharding.make_mesh(config.mesh)
   axis_rules = sharding.rules(config)
-  pretrained = open_pretrained(config.init_from)
-  if config.data.seq_len > pretrained.model_config.max_position_embeddings:
-    raise UserError(f'data.seq_len={config.data.seq_len} exceeds the pretrained model\'s '
-                    f'max_position_embeddings={pretrained.model_config.max_position_embeddings}')
+  dp = sharding.data_parallel_size(mesh)
+  if config.batch_size % dp:
+    raise UserError(f'batch_size={config.batch_size} is not divisible by the data-parallel '
+                    f'size {dp} (mesh.data * mesh.fsdp); choose a multiple of it')
   tasks = resolve_tasks(config)
+  pretrained = open_pretrained(config.init_from)
+  model_cfg = pretrained.model_config
+  if config.data.seq_len > model_cfg.max_position_embeddings:
+    raise UserError(f'data.seq_len={config.data.seq_len} exceeds the pretrained model\'s '
+                    f'max_position_embeddings={model_cfg.max_position_embeddings}; '
+                    f'data.seq_len must be an integer from 3 to '
+                    f'{model_cfg.max_position_embeddings}')
+  pairs = [t for t in tasks if glue.get_task(t).is_pair]
+  if pairs and model_cfg.type_vocab_size < 2:
+    raise UserError(f'{", ".join(pairs)} pair two sentences (segment ids 0 and 1) but the '
+                    f'pretrained model has type_vocab_size={model_cfg.type_vocab_size}')
+  for task in tasks:
+    check_task_data(config, task)
+  if not config.from_scratch:
+    target = abstract_encoder(model_cfg, mesh, axis_rules)
+    restore_encoder_params(config.init_from, target, metadata_only=True)
+  return mesh, axis_rules, pretrained, tasks
+
+
+def finetune_and_evaluate(config, workdir: str) -> dict:
+  """Fine-tunes and scores every task of `config.task`; returns the results.json content."""
+  workdir = os.fspath(workdir)
+  is_chief = jax.process_index() == 0
+  mesh, axis_rules, pretrained, tasks = preflight(config, workdir)
   seeds = [config.seed + i for i in range(config.seeds)]
   if is_chief:
     tf.io.gfile.makedirs(workdir)

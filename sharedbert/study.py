@@ -380,12 +380,29 @@ def write_study_config(config, workdir: str) -> None:
   write_json(path, new)
 
 
+def preflight(config, workdir: str, variants: list[str]) -> None:
+  """What a user's mistake can fail, checked before the study writes anything: every
+  value (sharedbert/validation.py), the workdir, the mesh and corpus of the pretraining
+  runs, and the GLUE data of every task."""
+  from sharedbert import finetune
+  from sharedbert import train as train_lib
+  from sharedbert import validation
+  validation.study(config)
+  validation.workdir(workdir)
+  train_lib.preflight(pretrain_config(config, variants[0]))
+  for task in config.glue.tasks:
+    cfg = glue_config(config, pretrain_dir(workdir, variants[0]), task)
+    for name in finetune.resolve_tasks(cfg):
+      finetune.check_task_data(cfg, name)
+
+
 def run_study(config, workdir: str, *, report_only: bool = False) -> str:
   """Runs (or resumes) every stage, then writes W/report.md; returns its path."""
   from sharedbert import study_report
   workdir = os.path.abspath(os.fspath(workdir))
   variants = variants_of(config)
   if not report_only:
+    preflight(config, workdir, variants)
     write_study_config(config, workdir)
     t0 = time.time()
     run_pretraining(config, workdir, variants)
@@ -425,4 +442,5 @@ def _define_flags():
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main)
+  from sharedbert import cli
+  app.run(main, flags_parser=cli.flags_parser('sharedbert.study', 'sharedbert.study'))

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
+from sharedbert import validation
 from sharedbert import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -63,31 +64,8 @@ class TrainState(struct.PyTreeNode):
 
 
 def validate(config):
-  if config.total_steps <= 0:
-    raise UserError(f'total_steps must be positive, got {config.total_steps}')
-  for key in ('log_every_steps', 'eval_every_steps'):
-    if config[key] <= 0:
-      raise UserError(f'{key} must be positive, got {config[key]}')
-  if config.ckpt.every_steps <= 0:
-    raise UserError(f'ckpt.every_steps must be positive, got {config.ckpt.every_steps}')
-  d = config.data
-  for key in ('mask_rate', 'eval_mask_rate'):
-    if not 0.0 < d[key] < 1.0:
-      raise UserError(f'data.{key} must be in (0, 1), got {d[key]}')
-  if d.seq_len > config.model.max_position_embeddings:
-    raise UserError(f'data.seq_len={d.seq_len} exceeds model.max_position_embeddings='
-                    f'{config.model.max_position_embeddings}')
-  if d.batch_size % config.optim.grad_accum_steps:
-    raise UserError(f'data.batch_size={d.batch_size} is not divisible by '
-                    f'optim.grad_accum_steps={config.optim.grad_accum_steps}')
-  if config.optim.max_skipped_steps <= 0:
-    raise UserError('optim.max_skipped_steps must be positive, got '
-                    f'{config.optim.max_skipped_steps}')
-  rules = config.mesh.logical_axis_rules
-  if not isinstance(rules, (tuple, list)) or not all(
-      isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], str) for r in rules):
-    raise UserError(f'mesh.logical_axis_rules must be (name, mesh axes) pairs, got {rules!r}')
-  ModelConfig.from_config(config.model)
+  """The range of every key and how they fit together (sharedbert/validation.py)."""
+  validation.pretrain(config)
 
 
 # ---------------------------------------------------------------------------------------
@@ -188,8 +166,9 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
   """One optimizer step over the global batch, optionally in `accum_steps` micro-batches.
 
   The loss is the mean over all masked tokens of the global batch, so k accumulated
-  micro-batches give the same update as one batch k times larger. A step whose loss or
-  gradient is not finite is skipped (parameters and optimizer state kept) and counted.
+  micro-batches give the same update as one batch k times larger. A step whose loss,
+  gradient or update is not finite is skipped (parameters and optimizer state kept) and
+  counted.
   """
   rng = jax.random.fold_in(base_rng, state.step)
 
@@ -220,8 +199,11 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
   grads = jax.tree.map(lambda g: g / denom, grads)
   loss = loss_sum / denom
   grad_norm = optax.global_norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
+  # A finite loss and gradient are not enough: a NaN learning rate, or an overflowing
+  # update, would write NaN into every parameter (from the first step on) unchecked.
+  finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+            & jnp.isfinite(optax.global_norm(updates)))
   new_params = optax.apply_updates(state.params, updates)
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
   new_state = TrainState(
@@ -248,6 +230,13 @@ def keep_moments_advance_schedule(finite, new_opt_state, old_opt_state):
       return new
     return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
   return jax.tree.map(pick, new_opt_state, old_opt_state, is_leaf=is_schedule)
+
+
+@jax.jit
+def all_finite(tree) -> jax.Array:
+  """True when no leaf of `tree` holds a NaN or an infinity (one reduction on device)."""
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
 def eval_step(params, batch, *, model):
@@ -435,6 +424,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """
   workdir = os.fspath(workdir)
   preflight(config)
+  validation.workdir(workdir)
   set_aside = check_workdir(config, workdir)  # Only reads, so a refusal leaves no lock file.
   with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
     return _train(config, workdir, set_aside_old_run=set_aside)
@@ -450,14 +440,15 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
     _set_aside_old_run(workdir)
   _sync('set_aside_old_run')
 
-  if is_chief:
-    write_config(config, workdir)
   # The block of every global batch whose rows this process's devices hold.
   block_index, block_count = sharding.process_batch_block(mesh)
+  # The vocabulary first: a corpus it cannot be learned from is refused with nothing written.
   data = PretrainData(
       config, os.path.join(workdir, 'vocab.model'), process_index=block_index,
       process_count=block_count, is_vocab_writer=is_chief,
       wait_for_vocab=lambda: _sync('vocab'))
+  if is_chief:
+    write_config(config, workdir)
   model = BertForPretraining(model_cfg)
   tx, schedule = make_optimizer(config.optim, config.total_steps)
   d = config.data
@@ -532,6 +523,18 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
     streak = int(jax.device_get(state.skipped))
     unread_flag = None
 
+    def stop(error: Exception):
+      ckpt.wait()
+      ckpt.close()
+      writer.close()
+      raise error
+
+    def kept() -> str:
+      ckpt.wait()
+      good = ckpt.latest_step()
+      return (f'the last good checkpoint (step {good}) is kept in {ckpt.directory}'
+              if good is not None else 'no checkpoint was saved')
+
     def check_streak(step_done):
       nonlocal streak, unread_flag
       if unread_flag is None:
@@ -539,16 +542,31 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
       streak = streak + 1 if float(unread_flag) else 0
       unread_flag = None
       if streak >= config.optim.max_skipped_steps:
-        ckpt.wait()
-        good = ckpt.latest_step()
-        ckpt.close()
-        writer.close()
-        kept = (f'the last good checkpoint (step {good}) is kept in {ckpt.directory}'
-                if good is not None else 'no checkpoint had been saved')
-        raise Diverged(
-            f'{streak} consecutive steps (up to step {step_done}) had a non-finite loss or '
-            f'gradient, optim.max_skipped_steps={config.optim.max_skipped_steps}; stopped, '
-            f'and {kept}. Lower optim.lr (or check the data), then run again to resume')
+        stop(Diverged(
+            f'{streak} consecutive steps (up to step {step_done}) had a non-finite loss, '
+            f'gradient or update, optim.max_skipped_steps={config.optim.max_skipped_steps}; '
+            f'stopped, and {kept()}. Lower optim.lr (or check the data), then run again to '
+            'resume'))
+
+    def save(done) -> bool:
+      """Saves the state of step `done`, unless it is inside a run of non-finite steps."""
+      check_streak(done)  # This step's flag: the save waits for the step anyway.
+      if streak:
+        # Keep the last good checkpoint: none from inside a run of non-finite steps.
+        logging.warning('not saving the checkpoint of step %d: the last %d step(s) were '
+                        'non-finite', done, streak)
+        return False
+      if not bool(jax.device_get(all_finite((state.params, state.opt_state)))):
+        # Skipped updates keep the state finite; this guards whatever slips past them.
+        stop(Diverged(f'the parameters or optimizer state at step {done} are not finite: not '
+                      f'saved, and {kept()}. Lower optim.lr (or check the data), then run '
+                      'again to resume'))
+      # The metrics since the last log line go along, so that the first log line after a
+      # resume averages the same steps as an uninterrupted run.
+      pending = [{k: float(v) for k, v in m.items()} for m in jax.device_get(history)]
+      ckpt.save(done, state, {**meta, 'data_position': done, 'pending_metrics': pending},
+                force=True)
+      return True
 
     for step in range(start_step, config.total_steps):
       if step > start_step:
@@ -559,9 +577,10 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
       history.append(metrics)
       interval_steps += 1
       done = step + 1
-      if done == config.total_steps:
+      final = done == config.total_steps
+      if final:
         check_streak(done)
-      if done % config.log_every_steps == 0 or done == config.total_steps:
+      if done % config.log_every_steps == 0 or final:
         last = _mean_metrics(history)
         history = []
         elapsed = time.time() - interval_start
@@ -571,28 +590,25 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
         eta = (config.total_steps - done) * step_time
         writer.write(done, last, extra=f' eta={_duration(eta)}')
         interval_start, interval_steps = time.time(), 0
-      if done % config.eval_every_steps == 0 or done == config.total_steps:
+      if done % config.eval_every_steps == 0 or final:
         ev = evaluate(eval_fn, state.params, data.eval_batches, mesh)
         writer.write(done, ev, prefix='eval')
         last.update(ev)
       preempted = sigterm.raised or ckpt.reached_preemption(done)
-      if ckpt.should_save(done) or done == config.total_steps or preempted:
-        check_streak(done)  # This step's flag: the save waits for the step anyway.
-        if streak and not preempted and done != config.total_steps:
-          # Keep the last good checkpoint: none from inside a run of non-finite steps.
-          logging.warning('not saving the checkpoint of step %d: the last %d step(s) were '
-                          'non-finite', done, streak)
-        else:
-          # The metrics since the last log line go along, so that the first log line
-          # after a resume averages the same steps as an uninterrupted run.
-          pending = [{k: float(v) for k, v in m.items()} for m in jax.device_get(history)]
-          ckpt.save(done, state, {**meta, 'data_position': done, 'pending_metrics': pending},
-                    force=True)
+      saved = False
+      if ckpt.should_save(done) or final or preempted:
+        saved = save(done)
       if preempted:
-        ckpt.wait()
-        ckpt.close()
-        writer.close()
-        raise Preempted(f'preempted at step {done}; checkpoint saved in {ckpt.directory}')
+        stop(Preempted(f'preempted at step {done}; checkpoint saved in {ckpt.directory}'
+                       if saved else f'preempted at step {done}, inside {streak} '
+                       f'non-finite step(s): not saved, and {kept()}; run again to resume '
+                       'from it'))
+      if final and not saved:
+        # The run ends without a good state: that is not success.
+        stop(Diverged(f'the last {streak} step(s) (up to step {done}, the last) had a '
+                      f'non-finite loss, gradient or update: the final state was not saved, '
+                      f'and {kept()}. Lower optim.lr (or check the data), then run again to '
+                      'resume'))
   ckpt.wait()
   ckpt.close()
   writer.close()

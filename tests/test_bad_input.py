@@ -7,11 +7,13 @@ the training module run in this process against `train.train_and_evaluate`, the 
 the command calls, and one of them again through the command line for its exit code.
 """
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -84,7 +86,7 @@ def test_error_in_training_setup_through_the_command_line(tmp_path):
                f'--workdir={workdir}')
   assert result.returncode == 2, result.stderr[-3000:]
   assert [l for l in result.stderr.splitlines() if 'error' in l.lower()] == [
-      'sharedbert: error: total_steps must be positive, got 0']
+      'sharedbert: error: total_steps must be a positive integer, got 0']
   assert 'Traceback' not in result.stderr
   assert not workdir.exists()
 
@@ -125,6 +127,18 @@ def empty(tmp_path):
   return str(path)
 
 
+def looping_link_in_dir(tmp_path):
+  (tmp_path / 'texts').mkdir()
+  (tmp_path / 'texts' / 'a.txt').write_text('some words here.\n')
+  (tmp_path / 'texts' / 'loop.txt').symlink_to(tmp_path / 'texts' / 'loop.txt')
+  return str(tmp_path / 'texts')
+
+
+def looping_link(tmp_path):
+  (tmp_path / 'loop.txt').symlink_to(tmp_path / 'loop.txt')
+  return str(tmp_path / 'loop.txt')
+
+
 def no_txt_files(tmp_path):
   (tmp_path / 'texts').mkdir()
   (tmp_path / 'texts' / 'notes.md').write_text('words')
@@ -132,7 +146,7 @@ def no_txt_files(tmp_path):
 
 
 @pytest.mark.parametrize('overrides, message', [
-    (dict(total_steps=0), 'total_steps must be positive, got 0'),
+    (dict(total_steps=0), 'total_steps must be a positive integer, got 0'),
     ({'model.attention': 'sharde'}, "unknown attention variant 'sharde' (config.model.attention)"),
     ({'data.corpus': lambda t: str(t / 'missing.txt')}, 'corpus path {tmp}/missing.txt does '
      'not exist; set config.data.corpus to demo, a .txt file or directory, or tfds:NAME'),
@@ -141,6 +155,10 @@ def no_txt_files(tmp_path):
      'bytes)'),
     ({'data.corpus': no_txt_files}, 'corpus directory {tmp}/texts has no .txt files; point '
      'config.data.corpus at a .txt file or a directory of them'),
+    ({'data.corpus': looping_link_in_dir}, 'corpus file {tmp}/texts/loop.txt cannot be read: '
+     'a broken symbolic link or a loop of them; remove it or fix its target'),
+    ({'data.corpus': looping_link}, 'corpus path {tmp}/loop.txt is a broken symbolic link or '
+     'a loop of them; set config.data.corpus to demo, a .txt file or directory, or tfds:NAME'),
     ({'data.corpus': 'tfds:imdb_reviews', 'data.tfds_data_dir': lambda t: str(t / 'tfds')},
      "tfds dataset 'imdb_reviews/plain_text/1.0.0' is not prepared in {tmp}/tfds; this "
      'machine cannot download it. Prepare it where there is network access (tfds build '
@@ -158,6 +176,241 @@ def test_bad_config_or_data_writes_nothing(tmp_path, corpus, overrides, message)
   assert message.replace('{tmp}', str(tmp_path)) in str(e.value)
   assert '\n' not in str(e.value)
   assert not workdir.exists()
+
+
+# Values outside their range (sharedbert/validation.py): the message names the key and
+# the range, and nothing is written. Issue #17's cases first.
+OUT_OF_RANGE = [
+    ({'ckpt.max_to_keep': 0},
+     'ckpt.max_to_keep must be a positive integer (the newest checkpoints kept), got 0'),
+    ({'optim.lr': float('nan')}, 'optim.lr must be a finite number > 0, got nan'),
+    ({'optim.lr': -1.0}, 'optim.lr must be a finite number > 0, got -1.0'),
+    ({'data.batch_size': -4}, 'data.batch_size must be a positive integer, got -4'),
+    ({'data.batch_size': 0}, 'data.batch_size must be a positive integer, got 0'),
+    ({'data.max_predictions': -1}, 'data.max_predictions must be an integer >= 0 (0: '
+     'ceil(mask_rate * seq_len)), got -1'),
+    ({'data.eval_mask_rate': 0.0}, 'data.eval_mask_rate must be a number in (0, 1), got 0.0'),
+    ({'data.seq_len': 1}, 'data.seq_len must be an integer >= 2 ([CLS] and one token), got 1'),
+    ({'model.vocab_size': 3}, 'model.vocab_size must be an integer >= 6 (the 5 special tokens '
+     'and at least one piece), got 3'),
+    ({'optim.grad_accum_steps': 0}, 'optim.grad_accum_steps must be a positive integer, got 0'),
+    # And more of the table.
+    ({'data.max_predictions': 40}, 'data.max_predictions must be an integer from 0 to '
+     'data.seq_len=32 (0: ceil(mask_rate * seq_len)), got 40'),
+    ({'data.seq_len': 600}, 'data.seq_len=600 exceeds model.max_position_embeddings=512; '
+     'data.seq_len must be an integer from 2 to 512'),
+    ({'data.mask_rate': 1.0}, 'data.mask_rate must be a number in (0, 1), got 1.0'),
+    ({'optim.b2': 1.0}, 'optim.b2 must be a number in [0, 1), got 1.0'),
+    ({'optim.weight_decay': float('inf')},
+     'optim.weight_decay must be a finite number >= 0, got inf'),
+    ({'optim.warmup_steps': -1}, 'optim.warmup_steps must be an integer >= 0, got -1'),
+    ({'model.dropout_rate': 1.5}, 'model.dropout_rate must be a number in [0, 1), got 1.5'),
+    ({'model.num_layers': 0}, 'model.num_layers must be a positive integer, got 0'),
+    ({'mesh.fsdp': 0}, 'mesh.fsdp must be a positive integer, or -1 for all devices the '
+     'other axes leave, got 0'),
+    ({'eval_batches': -1}, 'eval_batches must be an integer >= 0 (0: every held-out batch), '
+     'got -1'),
+    ({'data.vocab_model_type': 'wordpiece'}, "data.vocab_model_type must be one of 'unigram', "
+     "'bpe', 'char', 'word', got 'wordpiece'"),
+]
+
+
+@pytest.mark.parametrize('overrides, message', OUT_OF_RANGE,
+                         ids=[next(iter(o)) + '=' + str(next(iter(o.values())))
+                              for o, _ in OUT_OF_RANGE])
+def test_values_out_of_range_write_nothing(tmp_path, corpus, overrides, message):
+  workdir = tmp_path / 'run'
+  with pytest.raises(UserError) as e:
+    train.train_and_evaluate(tiny_config(corpus, **overrides), str(workdir))
+  assert str(e.value) == message
+  assert not workdir.exists()
+
+
+def test_an_existing_workdir_is_left_as_it_was(tmp_path, corpus):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'notes.txt').write_text('mine')
+  before = listing(workdir)
+  with pytest.raises(UserError, match='data.batch_size must be a positive integer, got 0'):
+    train.train_and_evaluate(tiny_config(corpus, **{'data.batch_size': 0}), str(workdir))
+  assert listing(workdir) == before
+
+
+def test_workdir_that_is_a_file(tmp_path, corpus):
+  path = tmp_path / 'run'
+  path.write_text('not a directory')
+  for workdir, what in ((path, 'is'), (path / 'sub', f'is under {path}, which is')):
+    with pytest.raises(UserError) as e:
+      train.train_and_evaluate(tiny_config(corpus), str(workdir))
+    assert str(e.value) == (f'--workdir {workdir} {what} not a directory; --workdir must be a '
+                            'directory (new or existing)')
+  assert path.read_text() == 'not a directory'
+
+
+def test_every_preset_is_in_range():
+  from sharedbert import params as params_lib
+  from sharedbert import validation
+  from sharedbert.data import tokenizer
+  assert validation.NUM_SPECIAL_TOKENS == tokenizer.NUM_SPECIAL
+  for path in sorted(REPO.glob('configs/*_base.py')):
+    for arg in (None, 'tiny', 'small'):
+      validation.pretrain(params_lib.load_config_file(str(path), arg))
+  glue_config = params_lib.load_config_file(str(REPO / 'configs/glue.py'), 'cola')
+  glue_config.init_from = 'somewhere'
+  validation.glue(glue_config)
+  for preset in ('cpu', 'gpu', 'pod'):
+    validation.study(params_lib.load_config_file(str(REPO / 'configs/study.py'), preset))
+
+
+@pytest.mark.parametrize('flag, message', [
+    ('--config.data.batch_size=0', 'data.batch_size must be a positive integer, got 0'),
+    ('--config.optim.lr=nan', 'optim.lr must be a finite number > 0, got nan'),
+    ('--config.ckpt.max_to_keep=0',
+     'ckpt.max_to_keep must be a positive integer (the newest checkpoints kept), got 0'),
+])
+def test_values_out_of_range_through_the_command_line(tmp_path, flag, message):
+  workdir = tmp_path / 'run'
+  result = cli('--config=configs/shared_base.py:tiny', flag, f'--workdir={workdir}')
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert [l for l in result.stderr.splitlines() if 'error' in l.lower()] == [
+      f'sharedbert: error: {message}']
+  assert 'Traceback' not in result.stderr
+  assert not workdir.exists()
+
+
+def test_workdir_that_is_a_file_through_the_command_line(tmp_path):
+  path = tmp_path / 'run'
+  path.write_text('not a directory')
+  result = cli('--config=configs/shared_base.py:tiny', f'--workdir={path}')
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert [l for l in result.stderr.splitlines() if 'error' in l.lower()] == [
+      f'sharedbert: error: --workdir {path} is not a directory; --workdir must be a '
+      'directory (new or existing)']
+  assert path.read_text() == 'not a directory'
+
+
+def test_a_vocabulary_the_corpus_cannot_fill_writes_nothing(tmp_path, corpus):
+  workdir = tmp_path / 'run'
+  # 40 documents of 200 distinct characters: more than 64 pieces just to spell them.
+  (tmp_path / 'chars.txt').write_text('\n\n'.join(
+      ' '.join(chr(0x4e00 + i) * 3 for i in range(200)) for _ in range(40)))
+  config = tiny_config(tmp_path / 'chars.txt', **{'model.vocab_size': 64,
+                                                  'data.eval_fraction': 0.5})
+  with pytest.raises(UserError, match=r'^model.vocab_size=64 is too small for this corpus: its '
+                     r'characters and the special tokens need at least \d+ pieces; raise '
+                     r'model.vocab_size$'):
+    train.train_and_evaluate(config, str(workdir))
+  assert not workdir.exists()
+
+
+# ---------------------------------------------------------------------------------------
+# Non-finite steps: skipped, never saved, and a run that ends in them is not a success.
+
+def poison_batches_from(monkeypatch, first_bad: int):
+  """Makes the loss NaN from the `first_bad`-th batch of a run on (NaN mask weights)."""
+  real = train.prefetch
+
+  def prefetch(batches):
+    def poisoned():
+      for i, b in enumerate(batches):
+        if i >= first_bad:
+          b = dict(b, masked_weights=np.full_like(b['masked_weights'], np.nan))
+        yield b
+    return real(poisoned())
+  monkeypatch.setattr(train, 'prefetch', prefetch)
+
+
+def saved_steps_all_finite(workdir) -> list[int]:
+  """The saved steps; fails if any holds a non-finite value."""
+  import orbax.checkpoint as ocp
+  steps = sorted(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit()) \
+      if (workdir / 'checkpoints').exists() else []
+  for step in steps:
+    state = ocp.PyTreeCheckpointer().restore(str(workdir / 'checkpoints' / str(step) / 'state'))
+    for leaf in jax.tree.leaves(state):
+      assert np.all(np.isfinite(np.asarray(leaf))), step
+  return steps
+
+
+def short_run(corpus, **overrides):
+  return tiny_config(corpus, total_steps=4, log_every_steps=1, eval_every_steps=4,
+                     eval_batches=1, **{'ckpt.every_steps': 2, 'ckpt.async_save': False,
+                                        'optim.max_skipped_steps': 100, **overrides})
+
+
+def test_nan_learning_rate_is_skipped_from_the_first_step_and_never_saved(
+    tmp_path, corpus, monkeypatch):
+  # The range check refuses optim.lr=nan; without it, the step itself must hold.
+  monkeypatch.setattr(train, 'validate', lambda config: None)
+  workdir = tmp_path / 'run'
+  with pytest.raises(train.Diverged) as e:
+    train.train_and_evaluate(short_run(corpus, **{'optim.lr': float('nan')}), str(workdir))
+  assert str(e.value).startswith('the last 4 step(s) (up to step 4, the last) had a '
+                                 'non-finite loss, gradient or update: the final state was not '
+                                 'saved, and no checkpoint was saved.')
+  assert saved_steps_all_finite(workdir) == []
+  rows = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert [r['skipped'] for r in rows if 'skipped' in r] == [1.0] * 4
+
+
+def test_a_run_ending_in_non_finite_steps_keeps_the_last_good_checkpoint(
+    tmp_path, corpus, monkeypatch):
+  poison_batches_from(monkeypatch, 2)  # Steps 1, 2 good; 3, 4 NaN.
+  workdir = tmp_path / 'run'
+  with pytest.raises(train.Diverged) as e:
+    train.train_and_evaluate(short_run(corpus), str(workdir))
+  assert str(e.value).startswith(
+      'the last 2 step(s) (up to step 4, the last) had a non-finite loss, gradient or update: '
+      f'the final state was not saved, and the last good checkpoint (step 2) is kept in '
+      f'{workdir}/checkpoints.')
+  assert saved_steps_all_finite(workdir) == [2]
+
+
+def test_preemption_inside_non_finite_steps_saves_nothing(tmp_path, corpus, monkeypatch):
+  poison_batches_from(monkeypatch, 2)
+  monkeypatch.setattr(checkpoint_lib.Checkpointer, 'reached_preemption',
+                      lambda self, step: step == 3)
+  workdir = tmp_path / 'run'
+  with pytest.raises(train.Preempted) as e:
+    train.train_and_evaluate(short_run(corpus), str(workdir))
+  assert str(e.value) == (f'preempted at step 3, inside 1 non-finite step(s): not saved, and '
+                          f'the last good checkpoint (step 2) is kept in {workdir}/checkpoints; '
+                          'run again to resume from it')
+  assert saved_steps_all_finite(workdir) == [2]
+
+
+def test_non_finite_state_is_never_saved(tmp_path, corpus, monkeypatch):
+  """The last guard: a state with a NaN that slipped past the step is refused at the save."""
+  real = train.jit_steps
+
+  def jit_steps(*args, **kwargs):
+    step_fn, eval_fn = real(*args, **kwargs)
+
+    class Poisoning:  # The real step, then a NaN written into the parameters at step 2.
+      def lower(self, state, batch):
+        compiled = step_fn.lower(state, batch).compile()
+
+        class Compiled:
+          def compile(self):
+            return self
+
+          def memory_analysis(self):
+            return None
+
+          def __call__(self, state, batch):
+            state, metrics = compiled(state, batch)
+            if int(state.step) == 2:
+              state = state.replace(params=jax.tree.map(lambda x: x * np.nan, state.params))
+            return state, metrics
+        return Compiled()
+    return Poisoning(), eval_fn
+  monkeypatch.setattr(train, 'jit_steps', jit_steps)
+  workdir = tmp_path / 'run'
+  with pytest.raises(train.Diverged) as e:
+    train.train_and_evaluate(short_run(corpus), str(workdir))
+  assert str(e.value).startswith('the parameters or optimizer state at step 2 are not finite: '
+                                 'not saved, and no checkpoint was saved.')
+  assert saved_steps_all_finite(workdir) == []
 
 
 @pytest.fixture

@@ -30,6 +30,21 @@ def test_local_documents_split_on_blank_lines(tmp_path):
   assert sources.local_documents(str(tmp_path)) == ['First doc line two.', 'Second doc.', 'Third doc.']
 
 
+def test_skipped_files_and_cp1252_are_said_once(tmp_path, monkeypatch):
+  said = []
+  monkeypatch.setattr(sources.logging, 'warning', lambda fmt, *a: said.append(fmt % a))
+  monkeypatch.setattr(sources, '_warned', set())
+  (tmp_path / 'a.txt').write_bytes('Caf\u00e9 \u2014 ok.'.encode('cp1252'))
+  (tmp_path / 'notes.md').write_text('not read')
+  (tmp_path / 'data.csv').write_text('not read')
+  for _ in range(2):  # The preflight and the pipeline both read the corpus.
+    assert sources.local_documents(str(tmp_path)) == ['Caf\u00e9 \u2014 ok.']
+  assert said == [
+      f'corpus directory {tmp_path}: reading its 1 .txt file(s), skipping 2 other file(s) '
+      f'(e.g. {tmp_path}/data.csv)',
+      f'corpus file {tmp_path}/a.txt is not valid UTF-8 (byte 3); reading it as cp1252']
+
+
 @pytest.mark.parametrize('setup,match', [
     (lambda p: None, 'does not exist'),
     (lambda p: p.mkdir(), 'no .txt files'),

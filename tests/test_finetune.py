@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import random
+import time
 
 import jax
 import numpy as np
@@ -252,6 +253,43 @@ def test_user_errors(untrained, tmp_path):
   c.init_from = str(tmp_path / 'nowhere')
   with pytest.raises(UserError, match='not a pretraining workdir'):
     finetune.finetune_and_evaluate(c, str(tmp_path / 'a'))
+  assert not (tmp_path / 'a').exists()
+
+
+def test_input_errors_are_found_before_anything_is_written_or_restored(untrained, tmp_path):
+  glue_dir = tmp_path / 'glue'
+  (glue_dir / 'SST-2').mkdir(parents=True)
+  (glue_dir / 'SST-2' / 'dev.tsv').write_text('sentence\tlabel\ngood .\t1\n')
+  workdir = tmp_path / 'ft'
+
+  def refused(match, **changes):
+    c = glue_config('task=sst2')
+    c.init_from = str(untrained)
+    c.data.glue_dir = str(glue_dir)
+    for key, value in changes.items():
+      *parents, leaf = key.split('.')
+      node = c
+      for name in parents:
+        node = node[name]
+      node[leaf] = value
+    t0 = time.time()
+    with pytest.raises(UserError, match=match) as e:
+      finetune.finetune_and_evaluate(c, str(workdir))
+    assert '\n' not in str(e.value)
+    assert time.time() - t0 < 20  # No encoder restored, nothing compiled.
+    assert not workdir.exists()
+
+  refused(r"^unknown GLUE task 'sst3'", task='sst3')
+  refused(r'GLUE split file missing: .*SST-2/train\.tsv not found')
+  (glue_dir / 'SST-2' / 'train.tsv').write_text('sentence\tlabel\ngood .\t1\nbad .\tmaybe\n')
+  refused(r"train\.tsv:3: label 'maybe' is not one of")
+  (glue_dir / 'SST-2' / 'train.tsv').write_text('sentence\tlabel\ngood .\t1\nbad .\t0\n')
+  refused(r'^no checkpoints in .*untrained/checkpoints; pretrain first')  # The encoder workdir.
+  refused(r'^optim\.lr must be a finite number > 0, got -1\.0$', **{'optim.lr': -1.0})
+  refused(r'^eval\.confidence must be a number in \(0, 1\), got 1\.0$',
+          **{'eval.confidence': 1.0})
+  refused(r'^data\.seq_len must be an integer >= 3 \(\[CLS\] a \[SEP\]\), got 2$',
+          **{'data.seq_len': 2})
   run = finetune.open_pretrained(str(untrained))
   mesh = sharding.make_mesh(c.mesh)
   target = finetune.abstract_encoder(run.model_config, mesh, sb_config.DEFAULT_LOGICAL_AXIS_RULES)

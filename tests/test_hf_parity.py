@@ -43,11 +43,28 @@ def run_model(cfg: ModelConfig, params, golden):
           np.asarray(out['pooled_output']))
 
 
-def test_fixture_is_small_and_padded(golden):
+def test_fixture_is_small_and_its_padding_matters_to_the_model(hf, golden):
   total = sum(os.path.getsize(os.path.join(FIXTURE, f)) for f in os.listdir(FIXTURE))
   assert total < 300_000
-  assert golden['attention_mask'].min() == 0  # Some padding, so that the mask is exercised.
   assert golden['hidden_states'].shape[0] == 3  # Embeddings + 2 layers.
+  mask = golden['attention_mask']
+  real = mask.astype(bool)
+  padded = np.flatnonzero(~real.all(1))
+  assert len(padded)  # Some rows are padded...
+  hf_config, tensors = hf
+  cfg = convert_hf.model_config_from_hf(hf_config)
+  params, _ = convert_hf.params_from_hf(tensors, cfg)
+  want = golden['hidden_states'][-1]
+  # ...the real tokens' outputs do not depend on what the padded positions hold...
+  other_pads = dict(golden, input_ids=np.where(real, golden['input_ids'],
+                                               (golden['input_ids'] + 13) % cfg.vocab_size))
+  _, hidden, _ = run_model(cfg, params, other_pads)
+  np.testing.assert_allclose(hidden[-1][real], want[real], atol=TOLERANCE, rtol=0)
+  # ...and they change when the model is not told which positions are padding, so the
+  # fixture does exercise the mask.
+  _, unmasked, _ = run_model(cfg, params, dict(golden, attention_mask=np.ones_like(mask)))
+  in_padded_rows = real[padded]
+  assert np.abs(unmasked[-1][padded][in_padded_rows] - want[padded][in_padded_rows]).max() > 1e-2
 
 
 def test_import_reproduces_hugging_face_outputs(hf, golden):
@@ -156,3 +173,57 @@ def test_command_line_errors_are_one_line(tmp_path):
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1].startswith('sharedbert.convert_hf: error: ')
   assert 'config.json does not exist' in result.stderr
+
+
+def broken_hf_dir(tmp_path, config_text=None, weights=None):
+  """A copy of the fixture with config.json and/or model.safetensors replaced."""
+  hf_dir = tmp_path / 'hf'
+  hf_dir.mkdir()
+  with open(os.path.join(FIXTURE, 'config.json')) as f:
+    (hf_dir / 'config.json').write_text(config_text if config_text is not None else f.read())
+  with open(os.path.join(FIXTURE, 'model.safetensors'), 'rb') as f:
+    data = f.read()
+  (hf_dir / 'model.safetensors').write_bytes(weights(data) if weights else data)
+  return hf_dir
+
+
+def with_vocab_size_zero(tmp_path):
+  hf_config = json.loads(open(os.path.join(FIXTURE, 'config.json')).read())
+  return json.dumps(dict(hf_config, vocab_size=0))
+
+
+@pytest.mark.parametrize('make, message', [
+    (lambda t: broken_hf_dir(t, config_text='{"vocab_size": 99,'),
+     '{hf}/config.json is not valid JSON (Expecting property name enclosed in double quotes: '
+     'line 1 column 19 (char 18)); save or download it again'),
+    (lambda t: broken_hf_dir(t, config_text='[1, 2]'),
+     '{hf}/config.json holds a JSON list, not an object; is it a BERT config.json?'),
+    (lambda t: broken_hf_dir(t, config_text=with_vocab_size_zero(t)),
+     '{hf}/config.json: model.vocab_size must be an integer >= 6 (the 5 special tokens and at '
+     'least one piece), got 0'),
+    (lambda t: broken_hf_dir(t, weights=lambda d: d[:len(d) // 2]),
+     '{hf}/model.safetensors is not a readable safetensors file ('),
+    (lambda t: broken_hf_dir(t, weights=lambda d: b'\xff' * 64),
+     '{hf}/model.safetensors is not a readable safetensors file ('),
+])
+def test_import_of_a_damaged_directory_writes_nothing(tmp_path, make, message):
+  hf_dir = make(tmp_path)
+  workdir = tmp_path / 'work'
+  with pytest.raises(UserError) as e:
+    convert_hf.import_hf(str(hf_dir), str(workdir))
+  assert str(e.value).startswith(message.replace('{hf}', str(hf_dir)))
+  assert '\n' not in str(e.value)
+  assert not workdir.exists()
+
+
+def test_import_of_a_corrupt_file_through_the_command_line(tmp_path):
+  hf_dir = broken_hf_dir(tmp_path, weights=lambda d: d[:len(d) // 2])
+  result = subprocess.run(
+      [sys.executable, '-m', 'sharedbert.convert_hf', 'import', f'--hf_dir={hf_dir}',
+       f'--workdir={tmp_path}/work'], capture_output=True, text=True,
+      env=dict(os.environ, JAX_PLATFORMS='cpu'), cwd=os.path.dirname(os.path.dirname(__file__)))
+  assert result.returncode == 2, result.stderr[-2000:]
+  [line] = [l for l in result.stderr.splitlines() if 'error' in l.lower()]
+  assert line.startswith(f'sharedbert.convert_hf: error: {hf_dir}/model.safetensors is not a '
+                         'readable safetensors file (')
+  assert not (tmp_path / 'work').exists()

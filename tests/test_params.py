@@ -133,3 +133,21 @@ def test_command_errors_are_one_line():
   assert result.stderr.strip().splitlines() == [
       'sharedbert.params: error: model.masa_projections must be distinct letters of "qkvo" '
       '(e.g. "qkvo" or "qk"), got \'qx\'']
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--config=configs/no_such_file.py'],
+     "cannot load the config file of --config=configs/no_such_file.py ([Errno 2] No such file "
+     "or directory: 'configs/no_such_file.py'); pass an existing file, e.g. "
+     "--config=configs/shared_base.py:tiny"),
+    (['--config=configs/shared_base.py:tiny', '--config.model.vocab_sise=100'],
+     'unknown config key config.model.vocab_sise (in --config.model.vocab_sise=100); did you '
+     'mean config.model.vocab_size?'),
+    (['--config=configs/shared_base.py:tiny', '--config.model.vocab_size=0'],
+     'model.vocab_size must be an integer >= 6 (the 5 special tokens and at least one piece), '
+     'got 0'),
+])
+def test_command_config_mistakes_are_one_line(args, message):
+  result = run_command(*args)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines() == [f'sharedbert.params: error: {message}']

@@ -111,6 +111,27 @@ def test_study_presets_resolve():
     assert g.seeds == config.seeds and not g.eval.select_best_epoch
 
 
+@pytest.mark.parametrize('change, message', [
+    (lambda c: c.update(seeds=0), r'^seeds must be a positive integer, got 0$'),
+    (lambda c: c.pretrain.override.data.update(batch_size=-4),
+     r'^data\.batch_size must be a positive integer, got -4$'),
+    (lambda c: c.glue.override.update(num_epochs=0),
+     r'^num_epochs must be a positive integer, got 0$'),
+    (lambda c: c.robustness.update(levels=(0.0, -0.1)),
+     r'^robustness\.levels\[1\] must be a finite number >= 0, got -0\.1$'),
+    (lambda c: c.glue.update(tasks=('mrpc', 'cola')),
+     r'GLUE task directory missing: .*CoLA/train\.tsv not found'),
+])
+def test_study_inputs_are_checked_before_anything_is_written(tmp_path, change, message):
+  corpus, glue_dir = _write_fixture_data(tmp_path)
+  config = _toy_config(corpus, glue_dir)
+  change(config)
+  workdir = tmp_path / 'study'
+  with pytest.raises(UserError, match=message):
+    study.run_study(config, str(workdir))
+  assert not workdir.exists()
+
+
 def test_paired_difference_and_t_interval():
   a = {'mean': 0.6, 'per_seed': [0.6, 0.62, 0.58], 'seeds': [0, 1, 2],
        'dist': np.array([0.6, 0.61, 0.59, 0.6])}

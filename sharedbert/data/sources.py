@@ -29,24 +29,48 @@ def is_tfds(corpus: str) -> bool:
 
 
 def _text_files(path: str) -> list[str]:
+  if os.path.islink(path) and not os.path.exists(path):
+    raise UserError(f'corpus path {path} is a broken symbolic link or a loop of them; set '
+                    'config.data.corpus to demo, a .txt file or directory, or tfds:NAME')
   if os.path.isfile(path):
     return [path]
   if os.path.isdir(path):
-    files = []
+    files, skipped = [], []
     for dirpath, dirnames, filenames in os.walk(path):
       dirnames.sort()
-      files += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith('.txt')]
+      for name in sorted(filenames):
+        (files if name.endswith('.txt') else skipped).append(os.path.join(dirpath, name))
+    for file in files:
+      if not os.path.isfile(file):  # os.walk lists a dangling or looping link as a file.
+        raise UserError(f'corpus file {file} cannot be read: a broken symbolic link or a loop '
+                        'of them; remove it or fix its target')
     if not files:
       raise UserError(f'corpus directory {path} has no .txt files; point config.data.corpus '
                       'at a .txt file or a directory of them')
+    if skipped:
+      _warn_once(f'corpus directory {path}: reading its {len(files)} .txt file(s), skipping '
+                 f'{len(skipped)} other file(s) (e.g. {skipped[0]})')
     return files
   raise UserError(f'corpus path {path} does not exist; set config.data.corpus to demo, '
                   'a .txt file or directory, or tfds:NAME')
 
 
+# What has been said: a corpus is read by the preflight and again by the pipeline.
+_warned: set[str] = set()
+
+
+def _warn_once(message: str):
+  if message not in _warned:
+    _warned.add(message)
+    logging.warning('%s', message)
+
+
 def _read_text(path: str) -> str:
-  with open(path, 'rb') as f:
-    raw = f.read()
+  try:
+    with open(path, 'rb') as f:
+      raw = f.read()
+  except OSError as e:
+    raise UserError(f'corpus file {path} cannot be read ({e.strerror or e})') from None
   if b'\0' in raw[:65536]:
     raise UserError(f'corpus file {path} is not text (it contains NUL bytes)')
   try:
@@ -54,8 +78,7 @@ def _read_text(path: str) -> str:
   except UnicodeDecodeError as e:
     # Real corpora mix in a few Latin-1/cp1252 bytes; read those files as cp1252 rather
     # than refuse a whole corpus, and say so.
-    logging.warning('corpus file %s is not valid UTF-8 (byte %d); reading it as cp1252',
-                    path, e.start)
+    _warn_once(f'corpus file {path} is not valid UTF-8 (byte {e.start}); reading it as cp1252')
     return raw.decode('cp1252', errors='replace')
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -67,6 +68,19 @@ def train(documents: Iterable[str], vocab_size: int, *, model_type: str = 'unigr
           max_sentences: int = 2_000_000) -> Tokenizer:
   """Learns a vocabulary of at most `vocab_size` pieces (fewer if the text is small)."""
   model = io.BytesIO()
+  try:
+    _train_sentencepiece(documents, model, vocab_size, model_type, max_sentences)
+  except RuntimeError as e:
+    needed = re.search(r'smaller than required_chars\. \d+ vs (\d+)', str(e))
+    if needed:
+      raise UserError(f'model.vocab_size={vocab_size} is too small for this corpus: its '
+                      f'characters and the special tokens need at least {needed.group(1)} '
+                      'pieces; raise model.vocab_size') from None
+    raise
+  return Tokenizer(model.getvalue())
+
+
+def _train_sentencepiece(documents, model, vocab_size, model_type, max_sentences):
   spm.SentencePieceTrainer.train(
       sentence_iterator=iter(documents), model_writer=model, vocab_size=vocab_size,
       model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1,
@@ -74,7 +88,6 @@ def train(documents: Iterable[str], vocab_size: int, *, model_type: str = 'unigr
       hard_vocab_limit=False, character_coverage=0.9995, input_sentence_size=max_sentences,
       shuffle_input_sentence=True, max_sentence_length=1 << 16, num_threads=os.cpu_count() or 1,
       minloglevel=2)
-  return Tokenizer(model.getvalue())
 
 
 def load(path: str) -> Tokenizer:

@@ -63,6 +63,8 @@ class ModelConfig:
     return cfg
 
   def validate(self):
+    from sharedbert import validation  # The range of every key (sharedbert/validation.py).
+    validation.model(self)
     if self.attention not in attention_lib.VARIANTS:
       raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
                       f'choose one of: {", ".join(sorted(attention_lib.VARIANTS))}')

@@ -1,0 +1,105 @@
+"""Flag parsing for every command: a mistake in a flag or the config is one line, exit 2.
+
+absl parses the flags (and loads --config, applies --config.KEY=VALUE) before main()
+runs, so a nonexistent config file, an unknown config key or a value of the wrong type
+would otherwise end in a traceback. `flags_parser(program, module)` is the
+`flags_parser` of `app.run` for each command; --verbose shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from typing import Callable
+
+from absl import flags
+from ml_collections.config_flags import config_path
+
+from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
+
+FLAGS = flags.FLAGS
+
+
+def _verbose_requested(argv: list[str]) -> bool:
+  return any(a in ('--verbose', '-verbose') or a.lower() in ('--verbose=true', '--verbose=1')
+             for a in argv)
+
+
+def _a(type_name: str) -> str:
+  return f'an {type_name}' if type_name[0] in 'aeiou' else f'a {type_name}'
+
+
+def _unknown_override(argv: list[str], config_arg: str, module: str) -> str:
+  """Names the --config.KEY override whose key does not exist, with a close match if any."""
+  from ml_collections.config_flags.config_flags import ConfigFileFlagParser
+  config = ConfigFileFlagParser('config', lock_config=False).parse(config_arg)
+  for arg in argv:
+    if not arg.startswith('--config.'):
+      continue
+    path = arg[len('--config.'):].split('=', 1)[0]
+    try:
+      config_path.get_value(path, config)
+      continue
+    except (AttributeError, KeyError, IndexError, ValueError):
+      pass
+    parent, _, leaf = path.rpartition('.')
+    try:
+      keys = list((config_path.get_value(parent, config) if parent else config).keys())
+    except Exception:  # pylint: disable=broad-except
+      keys = []
+    close = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.5)
+    hint = (f'did you mean config.{parent + "." if parent else ""}{close[0]}?' if close else
+            f'python -m {module} --config={config_arg} --helpfull lists the keys')
+    return f'unknown config key config.{path} (in {arg}); {hint}'
+  return f'unknown config key in {" ".join(a for a in argv if a.startswith("--config."))}'
+
+
+def flag_error_message(error: Exception, argv: list[str], module: str) -> str | None:
+  """One line for a mistake in the flags or the config, or None for a bug (traceback)."""
+  config_arg = ([a.split('=', 1)[1] for a in argv if a.startswith('--config=')] or [''])[-1]
+  if isinstance(error, UserError):  # Raised by the config file's get_config(arg).
+    return f'{error} (in --config={config_arg})'
+  if isinstance(error, (AttributeError, KeyError)):  # An override of a key that does not exist.
+    try:
+      return _unknown_override(argv, config_arg, module)
+    except Exception:  # pylint: disable=broad-except
+      return None
+  if isinstance(error, OSError):  # The config file itself did not load.
+    detail = str(error).strip().splitlines()[-1].strip()
+    return (f'cannot load the config file of --config={config_arg} ({detail}); pass an '
+            'existing file, e.g. --config=configs/shared_base.py:tiny')
+  first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+  if isinstance(error, flags.IllegalFlagValueError) and first_line.startswith('flag --config.'):
+    flag, _, detail = first_line[len('flag '):].partition(': ')
+    name = flag.split('=', 1)[0][2:]
+    try:
+      default = config_path.get_value(name[len('config.'):], FLAGS['config'].value)
+      example = f', e.g. {default!r}' if len(repr(default).splitlines()) == 1 else ''
+      expected = f'{name} takes {_a(type(default).__name__)}{example}'
+    except Exception:  # pylint: disable=broad-except
+      expected = f'check the value of {name}'
+    return f'{flag}: {expected} ({detail})'
+  if isinstance(error, flags.Error):
+    return f'{first_line} (python -m {module} --helpfull lists the flags)'
+  return None
+
+
+def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
+  """absl's flag parsing, with a mistake said as `PROGRAM: error: ...` and exit 2.
+
+  Config overrides are checked here, before main() runs: an unknown key, a value of the
+  wrong type, a config file that does not load.
+  """
+  def parse(argv: list[str]) -> list[str]:
+    try:
+      rest = FLAGS(argv)
+      if 'config' in FLAGS and FLAGS['config'].present:
+        FLAGS.config.get('mode')  # A config file that failed to load raises only when used.
+      return rest
+    except Exception as e:  # pylint: disable=broad-except
+      message = flag_error_message(e, argv, module)
+      if message is None or _verbose_requested(argv):
+        raise
+      print(f'{program}: error: {message}', file=sys.stderr)
+      sys.exit(USER_ERROR_EXIT_CODE)
+  return parse
