@@ -13,15 +13,19 @@ an orbax checkpoint at step 0 (parameters and a fresh optimizer state) that
 A checkpoint without a pooler (BertForMaskedLM has none) or without an MLM head (BertModel)
 gets those parts freshly initialised from config.seed; the command says which.
 
-The vocabulary does not come along: Hugging Face BERT uses WordPiece (vocab.txt) and
-sharedbert's pipeline sentencepiece (WORKDIR/vocab.model). The imported model is for
-evaluation, conversion and export with its own tokenizer; pretraining it further on
-sharedbert's pipeline would learn a new vocabulary whose ids do not match the embeddings.
+import also requires the tokenizer: a WordPiece vocab.txt (+ tokenizer_config.json for
+do_lower_case), copied into WORKDIR as its vocabulary (sharedbert.data.tokenizer reads it
+with the `tokenizers` library), so that restore, fine-tuning and continued pretraining
+tokenize as Hugging Face does. Everything is checked before anything is written, and
+WORKDIR is written beside its place and renamed into it.
 
 export writes HF_DIR/config.json and model.safetensors in the layout BertForMaskedLM loads
 (the decoder tied to the word embeddings), plus the pooler (`bert.pooler.dense.*`, which
-BertModel and the classification models use; BertForMaskedLM reports it as unused), and
-copies WORKDIR/vocab.model if there is one. Only `standard` post-LN models map onto BERT.
+BertModel and the classification models use; BertForMaskedLM reports it as unused), and a
+tokenizer AutoTokenizer loads with no custom code (tokenizer.json, tokenizer_config.json,
+special_tokens_map.json, and the vocabulary file) that gives sharedbert's ids. A fine-tuned
+seed directory of sharedbert.finetune exports as BertForSequenceClassification. Only
+`standard` post-LN models map onto BERT.
 
 The functions here are also the workdir helpers of the other converters: `read_params`
 (the parameters of a workdir's checkpoint, without its optimizer state) and

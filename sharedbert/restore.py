@@ -4,7 +4,11 @@
     out = run.encode(['The cat sat on the mat.'])      # sequence_output [N,T,D], pooled_output [N,D]
     run.fill_mask('Return the [MASK] of the list.')    # the top 5 tokens and their probabilities
 
-It reads WORKDIR/config.json and WORKDIR/vocab.model, builds the model and restores its
+    clf = sharedbert.restore('/tmp/glue/sst2/seed_0')  # a fine-tuned GLUE classifier
+    clf.predict(['a gripping film'])                   # [{'label', 'label_id', 'score'}]
+
+It reads WORKDIR/config.json and the vocabulary (WORKDIR/vocab.model, or the vocab.txt of
+a Hugging Face import), builds the model and restores its
 parameters only (not the optimizer state) from WORKDIR/checkpoints/<step>, placed by the
 run's logical axis rules on the caller's mesh: a checkpoint written on a pod's mesh opens on
 a laptop's single CPU and the other way round. This is for one process (a notebook, a script,

@@ -4,7 +4,7 @@ Needs torch and transformers (not sharedbert's dependencies); run it with a Pyth
 has them, and point --sharedbert_python at one that has sharedbert:
 
   python tools/check_hf_export.py --hf_dir=/tmp/bert_out --workdir=WORKDIR \
-      [--sharedbert_python=python] [--sentences=FILE]
+      [--sharedbert_python=python] [--sentences=FILE] [--masked=FILE]
 
 - the tokenizer: `AutoTokenizer.from_pretrained(hf_dir)` ids == sharedbert's ids on every
   sentence (the built-in ones, or one a line from --sentences);
@@ -56,17 +56,23 @@ def main():
   parser.add_argument('--workdir', required=True)
   parser.add_argument('--sharedbert_python', default=sys.executable)
   parser.add_argument('--sentences', default='')
+  parser.add_argument('--masked', default='', help='sentences with one [MASK], one a line')
   args = parser.parse_args()
   sentences = SENTENCES
   if args.sentences:
     with open(args.sentences, encoding='utf-8') as f:
       sentences = [l.rstrip('\n') for l in f if l.strip()]
 
+  masked = MASKED
+  if args.masked:
+    with open(args.masked, encoding='utf-8') as f:
+      masked = [l.rstrip('\n') for l in f if l.strip()]
+
   import numpy as np
   import torch
   import transformers
   print(f'transformers {transformers.__version__}, torch {torch.__version__}')
-  request = json.dumps({'workdir': args.workdir, 'sentences': sentences, 'masked': MASKED})
+  request = json.dumps({'workdir': args.workdir, 'sentences': sentences, 'masked': masked})
   done = subprocess.run([args.sharedbert_python, '-c', _OURS, request], capture_output=True,
                         text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'))
   if done.returncode:
@@ -96,16 +102,16 @@ def main():
   else:
     fill = transformers.pipeline('fill-mask', model=args.hf_dir, tokenizer=tok, top_k=5)
     equal, worst = 0, 0.0
-    for text, want in zip(MASKED, ours['fill']):
+    for text, want in zip(masked, ours['fill']):
       got = fill(text.replace('[MASK]', tok.mask_token))
       got_ids = [g['token'] for g in got]
       equal += got_ids == [i for i, _ in want]
       worst = max(worst, max(abs(g['score'] - s) for g, (_, s) in zip(got, want)))
       print(f'  {text!r}: transformers {[g["token_str"] for g in got]} ids {got_ids}; '
             f'sharedbert ids {[i for i, _ in want]}')
-    print(f'fill-mask top-5 ids equal on {equal} of {len(MASKED)} sentences; max score '
+    print(f'fill-mask top-5 ids equal on {equal} of {len(masked)} sentences; max score '
           f'difference {worst:.2e}')
-    failed |= equal != len(MASKED)
+    failed |= equal != len(masked)
   if failed:
     sys.exit(1)
   print('OK')
