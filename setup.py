@@ -20,6 +20,8 @@ setup(
         'tensorboard>=2.17,<2.22',
         'tensorflow-datasets>=4.9.7,<4.10',
         'sentencepiece>=0.2,<0.3',
+        # WordPiece vocabularies of imported Hugging Face BERTs; tokenizer.json on export.
+        'tokenizers>=0.20,<0.24',
         'ml-collections>=1.0,<2',
         'absl-py>=2.1,<3',
         'numpy>=1.26,<3',

@@ -63,6 +63,12 @@ def get_config(arg=None):
   config.eval.select_best_epoch = False
   config.eval.predict_test = True     # Write test predictions in the GLUE submission format.
 
+  # The fine-tuned classifier of each seed, kept under W/<task>/seed_<s>/checkpoints/<epoch>
+  # (one orbax checkpoint per epoch): the last max_to_keep epochs, or with
+  # eval.select_best_epoch the max_to_keep best on dev. 0: keep none.
+  config.ckpt = ml_collections.ConfigDict()
+  config.ckpt.max_to_keep = 1
+
   config.mesh = ml_collections.ConfigDict()
   config.mesh.data = -1
   config.mesh.fsdp = 1

@@ -13,15 +13,19 @@ an orbax checkpoint at step 0 (parameters and a fresh optimizer state) that
 A checkpoint without a pooler (BertForMaskedLM has none) or without an MLM head (BertModel)
 gets those parts freshly initialised from config.seed; the command says which.
 
-The vocabulary does not come along: Hugging Face BERT uses WordPiece (vocab.txt) and
-sharedbert's pipeline sentencepiece (WORKDIR/vocab.model). The imported model is for
-evaluation, conversion and export with its own tokenizer; pretraining it further on
-sharedbert's pipeline would learn a new vocabulary whose ids do not match the embeddings.
+import also requires the tokenizer: a WordPiece vocab.txt (+ tokenizer_config.json for
+do_lower_case), copied into WORKDIR as its vocabulary (sharedbert.data.tokenizer reads it
+with the `tokenizers` library), so that restore, fine-tuning and continued pretraining
+tokenize as Hugging Face does. Everything is checked before anything is written, and
+WORKDIR is written beside its place and renamed into it.
 
 export writes HF_DIR/config.json and model.safetensors in the layout BertForMaskedLM loads
 (the decoder tied to the word embeddings), plus the pooler (`bert.pooler.dense.*`, which
-BertModel and the classification models use; BertForMaskedLM reports it as unused), and
-copies WORKDIR/vocab.model if there is one. Only `standard` post-LN models map onto BERT.
+BertModel and the classification models use; BertForMaskedLM reports it as unused), and a
+tokenizer AutoTokenizer loads with no custom code (tokenizer.json, tokenizer_config.json,
+special_tokens_map.json, and the vocabulary file) that gives sharedbert's ids. A fine-tuned
+seed directory of sharedbert.finetune exports as BertForSequenceClassification. Only
+`standard` post-LN models map onto BERT.
 
 The functions here are also the workdir helpers of the other converters: `read_params`
 (the parameters of a workdir's checkpoint, without its optimizer state) and
@@ -343,16 +347,71 @@ def _read_json(path: str):
     raise UserError(f'{path} is not valid JSON ({e}); save or download it again') from None
 
 
-def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params):
+def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | None = None,
+                 head_params: Params | None = None):
+  """config.json and model.safetensors: BertForMaskedLM, or with `head` (a fine-tuned
+  classifier's description, see sharedbert.finetune) BertForSequenceClassification."""
   from safetensors.numpy import save_file
   hf_config = hf_config_from_model(cfg)
-  tensors = hf_from_params(params, cfg)
+  if head is None:
+    tensors = hf_from_params(params, cfg)
+  else:
+    tensors = {e.key: np.ascontiguousarray(e.to_hf(np.asarray(_get(params, e.path), np.float32)))
+               for e in _mapping(cfg) if e.group in ('encoder', 'pooler')}
+    kernel = np.asarray(head_params['kernel'], np.float32)
+    bias = np.asarray(head_params['bias'], np.float32)
+    num_labels = int(head['num_labels'])
+    if kernel.shape != (cfg.hidden_size, num_labels) or bias.shape != (num_labels,):
+      raise UserError(f'the classifier head has shape {kernel.shape} / {bias.shape}, which does '
+                      f'not fit {num_labels} labels on width {cfg.hidden_size}')
+    tensors['classifier.weight'] = np.ascontiguousarray(kernel.T)
+    tensors['classifier.bias'] = bias
+    names = list(head.get('labels') or [])
+    if head.get('is_regression') or len(names) != num_labels:
+      names = [f'LABEL_{i}' for i in range(num_labels)]
+    hf_config.update(
+        architectures=['BertForSequenceClassification'], num_labels=num_labels,
+        id2label={str(i): n for i, n in enumerate(names)},
+        label2id={n: i for i, n in enumerate(names)},
+        problem_type='regression' if head.get('is_regression') else 'single_label_classification',
+        classifier_dropout=None, finetuning_task=head.get('task'))
   os.makedirs(hf_dir, exist_ok=True)
   with open(os.path.join(hf_dir, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(hf_config, f, indent=2, sort_keys=True)
     f.write('\n')
   # transformers refuses safetensors files without the 'format' metadata.
   save_file(tensors, os.path.join(hf_dir, 'model.safetensors'), metadata={'format': 'pt'})
+
+
+def write_hf_tokenizer(hf_dir: str, tokenizer, model_max_length: int) -> list[str]:
+  """The tokenizer files AutoTokenizer loads with no custom code, giving sharedbert's ids.
+
+  tokenizer.json (the `tokenizers` pipeline: WordPiece, or a Unigram rebuilt from the
+  sentencepiece model) and tokenizer_config.json, plus the vocabulary file itself.
+  Returns the names written.
+  """
+  from sharedbert.data import tokenizer as tokenizer_lib
+  hf_tok = tokenizer.to_hf_tokenizer()
+  hf_tok.save(os.path.join(hf_dir, 'tokenizer.json'))
+  special = tokenizer.special_tokens()
+  if tokenizer.kind == 'wordpiece':
+    config = tokenizer.config()
+    tokenizer.save(hf_dir)  # vocab.txt (and the config, rewritten below).
+    names = ['tokenizer.json', 'tokenizer_config.json', 'vocab.txt']
+  else:
+    config = {'tokenizer_class': 'PreTrainedTokenizerFast'}
+    tokenizer_lib.save(tokenizer, os.path.join(hf_dir, tokenizer_lib.VOCAB_FILE))
+    names = ['tokenizer.json', 'tokenizer_config.json', 'vocab.model']
+  config.update({f'{n}_token': special[n] for n in tokenizer_lib.SPECIAL_NAMES})
+  config.update(model_max_length=int(model_max_length), clean_up_tokenization_spaces=False,
+                model_input_names=['input_ids', 'token_type_ids', 'attention_mask'])
+  with open(os.path.join(hf_dir, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+    f.write('\n')
+  with open(os.path.join(hf_dir, 'special_tokens_map.json'), 'w', encoding='utf-8') as f:
+    json.dump({f'{n}_token': special[n] for n in tokenizer_lib.SPECIAL_NAMES}, f, indent=2)
+    f.write('\n')
+  return names + ['special_tokens_map.json']
 
 
 def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Params, dict, int]:
@@ -446,10 +505,56 @@ def _default_recipe():
   return sb_config.pretrain_config('standard')
 
 
+def read_hf_tokenizer(hf_dir: str, model_cfg: ModelConfig):
+  """The WordPiece vocabulary of a Hugging Face BERT directory, checked against the model."""
+  from sharedbert.data import tokenizer as tokenizer_lib
+  if not os.path.isfile(os.path.join(hf_dir, tokenizer_lib.WORDPIECE_FILE)):
+    others = [n for n in ('tokenizer.json', 'spiece.model', 'sentencepiece.bpe.model',
+                          'vocab.json', 'vocab.model') if os.path.isfile(os.path.join(hf_dir, n))]
+    if others:
+      raise UserError(f'{hf_dir} has no vocab.txt (it has {", ".join(others)}); sharedbert '
+                      'imports BERT WordPiece vocabularies only: save the tokenizer of a '
+                      'BertTokenizer there (tokenizer.save_pretrained(dir))')
+    raise UserError(f'{hf_dir} has no vocab.txt: save the model\'s tokenizer there too '
+                    '(tokenizer.save_pretrained(dir)); sharedbert tokenizes with it')
+  tokenizer = tokenizer_lib.read_wordpiece(hf_dir)
+  if tokenizer.vocab_size > model_cfg.vocab_size:
+    raise UserError(f'{os.path.join(hf_dir, "vocab.txt")} has {tokenizer.vocab_size} tokens but '
+                    f'the word embedding has {model_cfg.vocab_size} rows: they do not belong '
+                    'together')
+  return tokenizer
+
+
+def _fresh_dir(path: str, what: str):
+  """Refuses a target that exists with files in it (nothing is overwritten)."""
+  if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    raise UserError(f'{what} {path} exists and is not empty; choose a new one')
+
+
+def _publish(tmp: str, target: str):
+  """Moves a fully written temporary directory to `target`."""
+  if os.path.isdir(target):
+    os.rmdir(target)  # Empty (checked before writing).
+  os.rename(tmp, target)
+
+
+def _temp_dir_beside(target: str) -> str:
+  import tempfile
+  parent = os.path.dirname(os.path.abspath(target))
+  os.makedirs(parent, exist_ok=True)
+  return tempfile.mkdtemp(prefix=f'.{os.path.basename(os.path.abspath(target))}.tmp-', dir=parent)
+
+
 def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
-  """Hugging Face directory -> sharedbert workdir; returns notes for the user."""
+  """Hugging Face directory -> sharedbert workdir; returns notes for the user.
+
+  Everything is checked before anything is written; the workdir is written beside its
+  final place and renamed into it, so a failure leaves no half workdir.
+  """
   hf_config, tensors = read_hf_dir(hf_dir)
   model_cfg = model_config_from_hf(hf_config, os.path.join(hf_dir, 'config.json'))
+  tokenizer = read_hf_tokenizer(hf_dir, model_cfg)
+  _fresh_dir(workdir, '--workdir')
   config = ml_collections.ConfigDict((config or _default_recipe()).to_dict())
   # The architecture comes from the checkpoint; dtype, remat and the like stay the recipe's.
   hf_model = model_cfg.to_dict()
@@ -461,25 +566,74 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   validation.check_table(config, validation.PRETRAIN)
   validation.workdir(workdir)
   params, notes = params_from_hf(tensors, model_cfg, seed=config.seed)
-  write_checkpoint(workdir, config, params, source=f'huggingface:{os.path.abspath(hf_dir)}',
-                   vocab_size=model_cfg.vocab_size)
-  has_vocab = os.path.isfile(os.path.join(hf_dir, 'vocab.txt'))
-  notes.append('vocabulary: not converted (Hugging Face BERT uses WordPiece'
-               f'{", " + os.path.join(hf_dir, "vocab.txt") if has_vocab else ""}; sharedbert '
-               'uses sentencepiece); tokenize with the Hugging Face tokenizer')
+  tmp = _temp_dir_beside(workdir)
+  try:
+    write_checkpoint(tmp, config, params, source=f'huggingface:{os.path.abspath(hf_dir)}',
+                     vocab_size=tokenizer.vocab_size)
+    tokenizer.save(tmp)
+    _publish(tmp, workdir)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  notes.append(f'vocabulary: vocab.txt ({tokenizer.vocab_size} WordPiece tokens, '
+               f'{"lower-cased" if tokenizer.lowercase else "cased"}) and '
+               'tokenizer_config.json, kept as the workdir\'s vocabulary')
+  if tokenizer.vocab_size < model_cfg.vocab_size:
+    notes.append(f'the embedding has {model_cfg.vocab_size - tokenizer.vocab_size} rows beyond '
+                 'the vocabulary; they are kept and never produced by the tokenizer')
   return notes
 
 
 def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
-  """sharedbert workdir -> Hugging Face directory; returns notes for the user."""
-  model_cfg, params, _, step = read_params(workdir, step)
-  write_hf_dir(hf_dir, model_cfg, params)
-  notes = [f'wrote step {step} of {workdir} to {hf_dir} (BertForMaskedLM layout, with the pooler)']
-  vocab = os.path.join(workdir, 'vocab.model')
-  if os.path.isfile(vocab):
-    shutil.copyfile(vocab, os.path.join(hf_dir, 'vocab.model'))
-    notes.append('copied vocab.model (sentencepiece; Hugging Face\'s BertTokenizer cannot read '
-                 'it: tokenize with sharedbert.data.tokenizer)')
+  """sharedbert workdir -> Hugging Face directory; returns notes for the user.
+
+  A pretraining (or imported, or converted) workdir becomes BertForMaskedLM; a fine-tuned
+  seed directory of sharedbert.finetune (WORKDIR/<task>/seed_<s>) BertForSequenceClassification.
+  Everything is checked and written in a temporary directory first, then moved into
+  HF_DIR file by file, so a refusal leaves HF_DIR as it was.
+  """
+  from sharedbert import finetune
+  from sharedbert.data import tokenizer as tokenizer_lib
+  head = head_params = None
+  if finetune.is_classifier_dir(workdir):
+    head, all_params, step = finetune.read_classifier(workdir, step)
+    model_cfg = ModelConfig.from_config(head['model'])
+    params = {'bert': all_params['bert']}
+    head_params = all_params['classifier']
+    what = (f'BertForSequenceClassification layout: {head["task"]}, {head["num_labels"]} '
+            f'{"output (regression)" if head["is_regression"] else "labels"}')
+  else:
+    model_cfg, params, _, step = read_params(workdir, step)
+    what = 'BertForMaskedLM layout, with the pooler'
+  hf_config_from_model(model_cfg)  # Refuses what BERT cannot hold, before any work.
+  tokenizer = tokenizer_lib.load_workdir(workdir)
+  if tokenizer is None:
+    raise UserError(f'{workdir} holds no vocabulary (vocab.model or vocab.txt); the export '
+                    'needs the tokenizer the model was trained with')
+  if tokenizer.vocab_size > model_cfg.vocab_size:
+    raise UserError(f'the vocabulary of {workdir} has {tokenizer.vocab_size} tokens but the '
+                    f'word embedding has {model_cfg.vocab_size} rows: they do not belong together')
+  if os.path.exists(hf_dir) and not os.path.isdir(hf_dir):
+    raise UserError(f'--hf_dir={hf_dir} exists and is not a directory')
+  tmp = _temp_dir_beside(hf_dir)
+  try:
+    write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
+    names = write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)
+    if not os.path.isdir(hf_dir):
+      os.rename(tmp, hf_dir)
+    else:
+      for name in os.listdir(tmp):
+        os.replace(os.path.join(tmp, name), os.path.join(hf_dir, name))
+      os.rmdir(tmp)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  notes = [f'wrote step {step} of {workdir} to {hf_dir} ({what})',
+           f'tokenizer ({tokenizer.kind}, {tokenizer.vocab_size} tokens): {", ".join(names)}; '
+           'AutoTokenizer.from_pretrained loads it and gives sharedbert\'s ids']
+  if tokenizer.vocab_size < model_cfg.vocab_size:
+    notes.append(f'the embedding has {model_cfg.vocab_size - tokenizer.vocab_size} rows beyond '
+                 'the vocabulary (never produced by the tokenizer)')
   return notes
 
 

@@ -22,7 +22,8 @@ S = L is exact. Biases are copied per layer.
 
 The command prints the relative reconstruction error ||W - W_fit||_F / ||W||_F of every
 layer (and role or type), and writes NEW_WORKDIR (config.json with the new variant, a
-step-0 checkpoint that `sharedbert.main` resumes from, and the source's vocab.model).
+step-0 checkpoint that `sharedbert.main` resumes from, and the source's vocabulary:
+vocab.model, or vocab.txt and tokenizer_config.json).
 Everything outside attention is copied unchanged.
 """
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import shutil
 
 from absl import app
 from absl import flags
@@ -40,6 +40,7 @@ import numpy as np
 
 from sharedbert import convert_hf
 from sharedbert import validation
+from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
@@ -202,9 +203,8 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
       target, config, new_params, vocab_size=meta.get('vocab_size'),
       source=f'{attention} fitted by sharedbert.convert_shared to {os.path.abspath(source)} '
              f'step {step}')
-  vocab = os.path.join(source, 'vocab.model')
-  if os.path.isfile(vocab):
-    shutil.copyfile(vocab, os.path.join(target, 'vocab.model'))
+  # The vocabulary comes along: vocab.model, or vocab.txt + tokenizer_config.json.
+  tokenizer_lib.copy_vocab(source, target)
 
   widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
   fmt = lambda cells: '  '.join(c.rjust(w) for c, w in zip(cells, widths))

@@ -14,6 +14,12 @@ WORKDIR layout:
   <task>/seed_<s>/metrics.json         per-epoch log, dev metrics, per-seed interval
   <task>/seed_<s>/dev_predictions.tsv  index, prediction, label (MNLI: dev_matched_..., ...)
   <task>/seed_<s>/<TASK>.tsv           test predictions for the GLUE server (MNLI-m.tsv, ...)
+  <task>/seed_<s>/checkpoints/<epoch>/ the fine-tuned classifier (orbax: `params`, and `meta`
+                                       with the task, labels, model and dev score), the last
+                                       ckpt.max_to_keep epochs (select_best_epoch: the best)
+  <task>/seed_<s>/model.json           what the classifier is (read by sharedbert.restore and
+                                       sharedbert.convert_hf export)
+  <task>/seed_<s>/vocab.model          the vocabulary (or vocab.txt + tokenizer_config.json)
 
 A seed whose metrics.json exists and was made with the same settings is not run again,
 so an interrupted `task=all` resumes where it stopped.
@@ -132,9 +138,9 @@ class PretrainedRun:
 
 
 def open_pretrained(init_from: str) -> PretrainedRun:
-  """Reads the model section of config.json and the vocabulary of a pretraining workdir."""
+  """Reads the model section of config.json and the vocabulary of a pretraining workdir
+  (vocab.model, or the vocab.txt of a Hugging Face import)."""
   config_path = os.path.join(init_from, 'config.json')
-  vocab_path = os.path.join(init_from, tokenizer_lib.VOCAB_FILE)
   if not tf.io.gfile.exists(config_path):
     raise UserError(f'config.init_from={init_from} is not a pretraining workdir: {config_path} '
                     'not found; point it at the --workdir of a finished pretraining run')
@@ -143,21 +149,18 @@ def open_pretrained(init_from: str) -> PretrainedRun:
       pretrain_config = json.load(f)
     except json.JSONDecodeError as e:
       raise UserError(f'{config_path} is not valid JSON ({e})') from None
-  if not tf.io.gfile.exists(vocab_path):
-    if pretrain_config.get('hf_checkpoint'):
-      raise UserError(f'{init_from} was converted from the Hugging Face checkpoint '
-                      f'{pretrain_config["hf_checkpoint"]}, whose WordPiece vocabulary '
-                      'sharedbert cannot tokenize with; fine-tuning needs a sentencepiece '
-                      f'{vocab_path} whose ids match the embeddings')
-    raise UserError(f'config.init_from={init_from} is not a pretraining workdir: {vocab_path} '
-                    'not found; point it at the --workdir of a finished pretraining run')
   if 'model' not in pretrain_config:
     raise UserError(f'{config_path} has no model section; is it a sharedbert pretraining run?')
   model_cfg = ModelConfig.from_config(pretrain_config['model'])
-  tokenizer = tokenizer_lib.load(vocab_path)
+  tokenizer = tokenizer_lib.load_workdir(init_from)
+  if tokenizer is None:
+    raise UserError(f'config.init_from={init_from} holds no vocabulary '
+                    f'({tokenizer_lib.VOCAB_FILE}, or {tokenizer_lib.WORDPIECE_FILE} from a '
+                    'Hugging Face import); point it at the --workdir of a finished '
+                    'pretraining run')
   if tokenizer.vocab_size > model_cfg.vocab_size:
-    raise UserError(f'{vocab_path} has {tokenizer.vocab_size} pieces but the model in '
-                    f'{config_path} has vocab_size {model_cfg.vocab_size}')
+    raise UserError(f'the vocabulary of {init_from} has {tokenizer.vocab_size} tokens but the '
+                    f'model in {config_path} has vocab_size {model_cfg.vocab_size}')
   return PretrainedRun(init_from, model_cfg, tokenizer)
 
 
@@ -206,6 +209,78 @@ def restore_encoder_params(init_from: str, target, *,
   finally:
     manager.close()
   return restored['state']['params']['bert'], step
+
+
+# ---------------------------------------------------------------------------------------
+# Fine-tuned classifiers on disk.
+
+CLASSIFIER_FILE = 'model.json'
+
+
+def classifier_manager(seed_dir: str, config=None, *, read_only: bool = False):
+  """The orbax manager of a seed's fine-tuned models (one checkpoint per kept epoch)."""
+  kw = {}
+  if config is not None:
+    kw = dict(max_to_keep=int(config.ckpt.max_to_keep))
+    if config.eval.select_best_epoch:
+      kw.update(best_fn=lambda m: float(m['score']), best_mode='max')
+  return ocp.CheckpointManager(
+      os.path.join(seed_dir, checkpoint_lib.CHECKPOINT_DIR),
+      options=ocp.CheckpointManagerOptions(create=not read_only, read_only=read_only,
+                                           enable_async_checkpointing=False, **kw),
+      item_handlers={'params': ocp.PyTreeCheckpointHandler(),
+                     'meta': ocp.JsonCheckpointHandler()})
+
+
+def is_classifier_dir(path: str) -> bool:
+  return tf.io.gfile.exists(os.path.join(path, CLASSIFIER_FILE))
+
+
+def read_classifier(seed_dir: str, step: Optional[int] = None, shardings=None):
+  """(description, params, epoch) of a fine-tuned classifier; params as numpy on one device,
+  or placed by `shardings` (a tree like the params). Default epoch: the best kept one when
+  the run selected the best epoch, else the last."""
+  with tf.io.gfile.GFile(os.path.join(seed_dir, CLASSIFIER_FILE)) as f:
+    head = json.load(f)
+  manager = classifier_manager(seed_dir, read_only=True)
+  try:
+    steps = sorted(manager.all_steps())
+    if not steps:
+      raise UserError(f'no fine-tuned model in {seed_dir}/checkpoints (ckpt.max_to_keep=0, or '
+                      'the seed did not finish an epoch)')
+    if step is None:
+      if head.get('selection') == 'best dev epoch':
+        scores = {s: manager.restore(s, args=ocp.args.Composite(
+            meta=ocp.args.JsonRestore()))['meta']['score'] for s in steps}
+        step = max(steps, key=lambda s: (scores[s], -s))
+      else:
+        step = steps[-1]
+    elif step not in steps:
+      raise UserError(f'no fine-tuned model of epoch {step} in {seed_dir}/checkpoints; '
+                      f'epochs kept: {steps}')
+    model = BertForSequenceClassification(ModelConfig.from_config(head['model']),
+                                          int(head['num_labels']))
+    z = jnp.zeros((1, 8), jnp.int32)
+    abstract = nn.unbox(jax.eval_shape(
+        lambda: model.init(jax.random.key(0), z, z, jnp.ones_like(z))))['params']
+    saved = manager.item_metadata(step)['params']
+    saved = getattr(saved, 'tree', saved)
+    have, want = _shapes(saved), _shapes(abstract)
+    if have != want:
+      raise UserError(f'the model in {seed_dir}/checkpoints/{step} does not fit the classifier '
+                      f'that {CLASSIFIER_FILE} describes')
+    as_numpy = shardings is None
+    if as_numpy:
+      device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+      shardings = jax.tree.map(lambda _: device, abstract)
+    target = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
+                          abstract, shardings)
+    params = manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
+        item=target, restore_args=jax.tree.map(
+            lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target))))['params']
+  finally:
+    manager.close()
+  return head, jax.tree.map(np.asarray, params) if as_numpy else params, step
 
 
 def abstract_encoder(model_cfg: ModelConfig, mesh, axis_rules):
@@ -493,6 +568,7 @@ class TaskRun:
 
     state = self.init_state(jax.random.key(seed), self.encoder_params)
     epochs, best = [], None
+    manager = self._open_models(seed_dir, seed, is_chief)
     t_start = time.time()
     for epoch in range(1, c.num_epochs + 1):
       t_epoch = t_steady = time.time()
@@ -524,6 +600,14 @@ class TaskRun:
                 'dev': {s: {'metrics': v['metrics'], 'score': v['score']} for s, v in dev.items()}}
       epochs.append(record)
       first = dev[spec.dev_splits[0]]
+      if manager is not None:
+        manager.save(epoch, args=ocp.args.Composite(
+            params=ocp.args.PyTreeSave(state.params),
+            meta=ocp.args.JsonSave({'epoch': epoch, 'score': float(first['score']),
+                                    'dev': record['dev']})),
+                     metrics={'score': float(first['score'])})
+        # Before the next step donates (frees) these parameters.
+        manager.wait_until_finished()
       if c.eval.select_best_epoch and (best is None or first['score'] > best[1][spec.dev_splits[0]]['score']):
         best = (epoch, dev, jax.tree.map(jnp.copy, state.params))
       steps_left = ((c.num_epochs - epoch) + seeds_left * c.num_epochs) * self.steps_per_epoch
@@ -534,6 +618,8 @@ class TaskRun:
                    spec.name, seed, epoch, c.num_epochs, train_loss, scores,
                    _duration(elapsed), _duration(steps_left * self.step_time))
 
+    if manager is not None:
+      manager.close()
     if best is not None:
       chosen_epoch, dev, params = best
     else:
@@ -574,6 +660,32 @@ class TaskRun:
     for split, v in dev.items():
       record['dev'][split]['predictions'] = v['predictions']
     return record
+
+  def _open_models(self, seed_dir: str, seed: int, is_chief: bool):
+    """The seed's model manager (None with ckpt.max_to_keep=0), over a fresh directory:
+    what an interrupted run of this seed left is deleted (the seed starts over)."""
+    c = self.config
+    if c.ckpt.max_to_keep <= 0:
+      return None
+    directory = os.path.join(seed_dir, checkpoint_lib.CHECKPOINT_DIR)
+    if is_chief:
+      if tf.io.gfile.exists(directory):
+        tf.io.gfile.rmtree(directory)
+      tf.io.gfile.makedirs(seed_dir)
+      from sharedbert.data import tokenizer as tokenizer_lib
+      tokenizer_lib.copy_vocab(self.pretrained.workdir, seed_dir)
+      spec = self.spec
+      _write_json(os.path.join(seed_dir, CLASSIFIER_FILE), {
+          'kind': 'sequence_classification', 'task': spec.name,
+          'num_labels': spec.num_labels, 'is_regression': spec.is_regression,
+          'labels': list(spec.label_names), 'text_fields': len(spec.tsv_text_columns),
+          'seq_len': c.data.seq_len, 'seed': seed, 'model': self.pretrained.model_config.to_dict(),
+          'init_from': self.pretrained.workdir, 'pretrained_step': self.pretrained_step,
+          'from_scratch': bool(c.from_scratch),
+          'selection': 'best dev epoch' if c.eval.select_best_epoch else 'last epoch',
+          'score_key': glue_metrics.score_key(spec, spec.dev_splits[0])})
+    train_lib._sync(f'finetune_models_{self.spec.name}_{seed}')
+    return classifier_manager(seed_dir, c)
 
   def majority_baseline(self, split: str) -> float:
     """The dev score of always predicting the most frequent train label (STS-B: the mean)."""

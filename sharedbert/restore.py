@@ -4,7 +4,11 @@
     out = run.encode(['The cat sat on the mat.'])      # sequence_output [N,T,D], pooled_output [N,D]
     run.fill_mask('Return the [MASK] of the list.')    # the top 5 tokens and their probabilities
 
-It reads WORKDIR/config.json and WORKDIR/vocab.model, builds the model and restores its
+    clf = sharedbert.restore('/tmp/glue/sst2/seed_0')  # a fine-tuned GLUE classifier
+    clf.predict(['a gripping film'])                   # [{'label', 'label_id', 'score'}]
+
+It reads WORKDIR/config.json and the vocabulary (WORKDIR/vocab.model, or the vocab.txt of
+a Hugging Face import), builds the model and restores its
 parameters only (not the optimizer state) from WORKDIR/checkpoints/<step>, placed by the
 run's logical axis rules on the caller's mesh: a checkpoint written on a pod's mesh opens on
 a laptop's single CPU and the other way round. This is for one process (a notebook, a script,
@@ -31,7 +35,6 @@ import numpy as np
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
 from sharedbert.data import tokenizer as tokenizer_lib
-from sharedbert.data.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID
 from sharedbert.errors import UserError
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
@@ -61,6 +64,20 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
+def open_vocab(workdir: str, model_cfg: ModelConfig) -> tokenizer_lib.Tokenizer:
+  """The workdir's vocabulary (vocab.model or vocab.txt), checked against the model."""
+  tokenizer = tokenizer_lib.load_workdir(workdir)
+  if tokenizer is None:
+    raise UserError(f'{workdir} holds no vocabulary ({tokenizer_lib.VOCAB_FILE}, or '
+                    f'{tokenizer_lib.WORDPIECE_FILE} from a Hugging Face import); copy the '
+                    'one the model was trained with into it')
+  if tokenizer.vocab_size > model_cfg.vocab_size:
+    raise UserError(f'the vocabulary of {workdir} has {tokenizer.vocab_size} tokens but the '
+                    f'model\'s embedding has {model_cfg.vocab_size} rows: they do not belong '
+                    'together')
+  return tokenizer
+
+
 def _target_mesh(mesh, devices) -> jax.sharding.Mesh:
   if isinstance(mesh, jax.sharding.Mesh):
     return mesh
@@ -87,9 +104,12 @@ def restore(workdir: str, step: int | None = None, *,
       `jax.devices('cpu')[:1]` for one CPU.
   """
   workdir = os.fspath(workdir)
+  from sharedbert import finetune
+  if finetune.is_classifier_dir(workdir):
+    return restore_classifier(workdir, step, mesh=mesh, devices=devices)
   config = read_config(workdir)
   model_cfg = ModelConfig.from_config(config.model)
-  tokenizer = tokenizer_lib.load(os.path.join(workdir, tokenizer_lib.VOCAB_FILE))
+  tokenizer = open_vocab(workdir, model_cfg)
   steps = checkpoint_steps(workdir)
   if not steps:
     raise UserError(f'no checkpoint in {checkpoint_lib.checkpoint_dir(workdir)}; a run saves '
@@ -178,7 +198,7 @@ class Restored:
   def __post_init__(self):
     def forward(params, ids, positions):
       out = self.model.apply({'params': params}, ids, jnp.zeros_like(ids),
-                             (ids != PAD_ID).astype(jnp.int32), positions)
+                             (ids != self.tokenizer.pad_id).astype(jnp.int32), positions)
       return {'sequence_output': out['sequence_output'].astype(jnp.float32),
               'pooled_output': out['pooled_output'].astype(jnp.float32),
               'log_probs': jax.nn.log_softmax(out['mlm_logits'].astype(jnp.float32), axis=-1)}
@@ -213,7 +233,7 @@ class Restored:
     max_length = min(max_length or self.max_length, self.max_length)
     rows = [self.tokenizer.encode_pair(t, None, max_length)[0] for t in texts]
     length = min(-(-max(len(r) for r in rows) // _BUCKET) * _BUCKET, max_length)
-    ids = np.full((len(rows), length), PAD_ID, np.int32)
+    ids = np.full((len(rows), length), self.tokenizer.pad_id, np.int32)
     for i, r in enumerate(rows):
       ids[i, :len(r)] = r
     return ids
@@ -233,7 +253,7 @@ class Restored:
     ids = self._tokenize(texts, max_length)
     out = self._run(ids, np.zeros((len(ids), _BUCKET), np.int32), batch_size)
     return {'sequence_output': out['sequence_output'], 'pooled_output': out['pooled_output'],
-            'input_mask': (ids != PAD_ID).astype(np.int32)}
+            'input_mask': (ids != self.tokenizer.pad_id).astype(np.int32)}
 
   def fill_mask(self, text: str, top_k: int = 5) -> list:
     """The most likely tokens for each [MASK] in `text`.
@@ -242,8 +262,9 @@ class Restored:
     (score: the probability; sequence: the text with that token in place), best first; for
     several [MASK]s, one such list per [MASK].
     """
-    ids = _drop_space_before_masks(self._tokenize([text], None), self.tokenizer)
-    positions = np.flatnonzero(ids[0] == MASK_ID)
+    ids = self._tokenize([text], None)
+    tok = self.tokenizer
+    positions = np.flatnonzero(ids[0] == tok.mask_id)
     if not len(positions):
       raise UserError(f'fill_mask: no [MASK] in {text!r} (within the first {self.max_length} '
                       'tokens)')
@@ -251,47 +272,128 @@ class Restored:
     padded = np.zeros((1, width), np.int32)
     padded[0, :len(positions)] = positions
     log_probs = self._run(ids, padded, 1)['log_probs'][0]
-    # Only real pieces: not [PAD]/[CLS]/[SEP]/[MASK], nor ids beyond the learned vocabulary.
+    # Only real tokens: not [PAD]/[UNK]/[CLS]/[SEP]/[MASK], nor ids beyond the vocabulary.
     usable = np.zeros(log_probs.shape[-1], bool)
-    usable[NUM_SPECIAL:self.tokenizer.vocab_size] = True
-    space = self.tokenizer.sp.piece_to_id(_SPACE)  # A lone word boundary is not a word.
-    if self.tokenizer.id_to_piece(space) == _SPACE:
-      usable[space] = False
-    pieces = [self.tokenizer.id_to_piece(i) for i in ids[0]]
+    usable[:tok.vocab_size] = True
+    usable[list(tok.special_ids)] = False
+    if tok.kind == 'sentencepiece':  # A lone word boundary '▁' is not a word: never an answer.
+      space = tok.sp.piece_to_id('\u2581')
+      if tok.id_to_piece(space) == '\u2581':
+        usable[space] = False
     results = []
     for slot, position in enumerate(positions):
       scores = np.where(usable, log_probs[slot], -np.inf)
-      best = np.argsort(-scores)[:top_k]
+      best = np.argsort(-scores, kind='stable')[:top_k]
       results.append([{
-          'token': self.tokenizer.id_to_piece(i).replace('\u2581', ''),
+          'token': tok.token_text(i),
           'token_id': int(i),
           'score': float(np.exp(scores[i])),
-          'sequence': _join_pieces(pieces[:position] + [self.tokenizer.id_to_piece(i)]
-                                   + pieces[position + 1:], ids[0]),
+          'sequence': tok.text_of(np.concatenate([ids[0][:position], [i],
+                                                  ids[0][position + 1:]])),
       } for i in best])
     return results[0] if len(results) == 1 else results
 
 
-_SPACE = '\u2581'  # Sentencepiece's word-boundary mark.
+def restore_classifier(seed_dir: str, step: int | None = None, *,
+                       mesh: jax.sharding.Mesh | Mapping[str, int] | None = None,
+                       devices: Sequence[jax.Device] | None = None) -> 'RestoredClassifier':
+  """A fine-tuned GLUE classifier (WORKDIR/<task>/seed_<s> of a fine-tuning run).
+
+  `step` is the epoch; default: the best kept one if the run selected the best epoch,
+  else the last.
+  """
+  from sharedbert import finetune
+  from sharedbert.models.bert import BertForSequenceClassification
+  with tf_gfile().GFile(os.path.join(seed_dir, finetune.CLASSIFIER_FILE)) as f:
+    head = json.load(f)
+  model_cfg = ModelConfig.from_config(head['model'])
+  tokenizer = open_vocab(seed_dir, model_cfg)
+  target_mesh = _target_mesh(mesh, devices)
+  axis_rules = tuple(_default_rules())
+  model = BertForSequenceClassification(model_cfg, int(head['num_labels']))
+  z = jnp.zeros((1, 8), jnp.int32)
+  with nn.logical_axis_rules(axis_rules):
+    boxed = jax.eval_shape(lambda r: model.init(r, z, z, jnp.ones_like(z))['params'],
+                           jax.random.key(0))
+    shardings = sharding.logical_shardings(boxed, target_mesh, axis_rules)
+  head, params, epoch = finetune.read_classifier(seed_dir, step, shardings=shardings)
+  return RestoredClassifier(model=model, params=params, tokenizer=tokenizer, head=head,
+                            mesh=target_mesh, step=epoch, axis_rules=axis_rules)
 
 
-def _drop_space_before_masks(ids: np.ndarray, tokenizer) -> np.ndarray:
-  """'the [MASK]' encodes as '▁the', '▁', '[MASK]': the lone '▁' is the space that belongs to
-  the masked word (training masks whole pieces such as '▁sum'), so it is dropped and the
-  [MASK] stands for a word with its leading space."""
-  row = ids[0]
-  keep = [i for i in range(len(row))
-          if not (i + 1 < len(row) and row[i + 1] == MASK_ID
-                  and tokenizer.id_to_piece(row[i]) == _SPACE)]
-  out = np.full_like(ids, PAD_ID)
-  out[0, :len(keep)] = row[keep]
-  return out
+def tf_gfile():
+  import tensorflow as tf
+  return tf.io.gfile
 
 
-def _join_pieces(pieces: list[str], ids: np.ndarray) -> str:
-  """Sentencepiece pieces back to text, keeping [MASK] and dropping [CLS], [SEP], padding."""
-  keep = [p for p, i in zip(pieces, ids) if i not in (PAD_ID, CLS_ID, SEP_ID)]
-  return ' '.join(''.join(keep).replace('\u2581', ' ').split())
+def _default_rules():
+  from sharedbert import config as sb_config
+  return sb_config.DEFAULT_LOGICAL_AXIS_RULES
+
+
+@dataclasses.dataclass
+class RestoredClassifier:
+  """A fine-tuned classifier: `predict(texts)`, plus `model`, `params`, `tokenizer`, `head`
+  (the task, labels and model it was fine-tuned as) and `step` (the epoch)."""
+  model: Any
+  params: Any
+  tokenizer: tokenizer_lib.Tokenizer
+  head: dict
+  mesh: jax.sharding.Mesh
+  step: int
+  axis_rules: tuple = ()
+
+  def __post_init__(self):
+    def forward(params, ids, segments):
+      return self.model.apply({'params': params}, ids, segments,
+                              (ids != self.tokenizer.pad_id).astype(jnp.int32))
+
+    self._forward = jax.jit(forward)
+
+  @property
+  def labels(self) -> list[str]:
+    return list(self.head['labels'])
+
+  def logits(self, texts, max_length: int | None = None, batch_size: int = 64) -> np.ndarray:
+    """Logits [N, num_labels] of texts: strings, or (a, b) pairs for the pair tasks."""
+    texts = [texts] if isinstance(texts, (str, tuple)) else list(texts)
+    if not texts:
+      raise UserError('predict() needs at least one text')
+    max_length = min(max_length or int(self.head['seq_len']),
+                     int(self.head['model']['max_position_embeddings']))
+    pairs = [(t, None) if isinstance(t, str) else tuple(t) for t in texts]
+    if any(len(p) != 2 for p in pairs):
+      raise UserError('predict(): each text is a string or an (a, b) pair')
+    rows = [self.tokenizer.encode_pair(a, b, max_length) for a, b in pairs]
+    length = min(-(-max(len(r[0]) for r in rows) // _BUCKET) * _BUCKET, max_length)
+    ids = np.full((len(rows), length), self.tokenizer.pad_id, np.int32)
+    segments = np.zeros_like(ids)
+    for i, (r, s) in enumerate(rows):
+      ids[i, :len(r)], segments[i, :len(s)] = r, s
+    dp = sharding.data_parallel_size(self.mesh)
+    chunk = min(max(batch_size, 1), 1 << (len(ids) - 1).bit_length())
+    chunk = -(-chunk // dp) * dp
+    batch_sharding = sharding.batch_sharding(self.mesh)
+    out = []
+    for start in range(0, len(ids), chunk):
+      part = [ids[start:start + chunk], segments[start:start + chunk]]
+      n = len(part[0])
+      part = [jax.device_put(np.pad(a, [(0, chunk - n), (0, 0)]), batch_sharding) for a in part]
+      with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.axis_rules):
+        logits = self._forward(self.params, *part)
+      out.append(np.asarray(jax.device_get(logits), np.float32)[:n])
+    return np.concatenate(out)
+
+  def predict(self, texts, max_length: int | None = None, batch_size: int = 64) -> list[dict]:
+    """One dict per text: {'label', 'score'} (the most likely label and its probability)
+    for a classifier; {'score'} (the predicted value) for a regressor (STS-B)."""
+    logits = self.logits(texts, max_length, batch_size)
+    if self.head['is_regression']:
+      return [{'score': float(x[0])} for x in logits]
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return [{'label': self.labels[int(i)], 'label_id': int(i), 'score': float(p[i])}
+            for p, i in zip(probs, probs.argmax(-1))]
 
 
 class _CallableModule(types.ModuleType):

@@ -221,6 +221,8 @@ def read_examples(version: str, split: str, *, data_dir: str = '',
 
 def tokenize_with_spans(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
   """Token ids and each token's (start, end) character span in `text`, whitespace excluded."""
+  if not hasattr(tokenizer, 'sp'):  # WordPiece: the tokenizers library gives the offsets.
+    return tokenizer.encode_with_offsets(text)
   proto = tokenizer.sp.encode(text, out_type='proto')
   raw = text.encode('utf-8')
   # Byte offset -> character offset.
@@ -283,7 +285,7 @@ def _is_max_context(spans: list[tuple[int, int]], index: int, position: int) -> 
 
 def featurize(examples: Sequence[SquadExample], tokenizer, *, seq_len: int, doc_stride: int,
               max_query_len: int, is_training: bool) -> Features:
-  from sharedbert.data.tokenizer import CLS_ID, SEP_ID
+  CLS_ID, SEP_ID = tokenizer.cls_id, tokenizer.sep_id
   ids_out, segs_out, starts, ends, ex_index, spans_out, maxctx_out = [], [], [], [], [], [], []
   for e_i, ex in enumerate(examples):
     q_ids = tokenizer.encode([ex.question])[0][:max_query_len]

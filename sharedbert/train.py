@@ -351,8 +351,8 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
 
 
 # What a run leaves in its workdir; config.restart moves these of the old run aside.
-RUN_OUTPUTS = (checkpoint_lib.CHECKPOINT_DIR, 'metrics.jsonl', 'tensorboard', 'vocab.model',
-               'config.json', 'summary.json')
+RUN_OUTPUTS = (checkpoint_lib.CHECKPOINT_DIR, 'metrics.jsonl', 'tensorboard',
+               *tokenizer_lib.VOCAB_FILES, 'config.json', 'summary.json')
 
 
 def _set_aside_old_run(workdir: str):
@@ -406,11 +406,11 @@ def check_workdir(config, workdir: str) -> bool:
         if not config.restart:
           raise
         return True
-  vocab_path = os.path.join(workdir, tokenizer_lib.VOCAB_FILE)
-  if tf.io.gfile.exists(vocab_path):
-    pieces = tokenizer_lib.load(vocab_path).vocab_size
+  vocab = tokenizer_lib.load_workdir(workdir) if tf.io.gfile.isdir(workdir) else None
+  if vocab is not None:
+    pieces = vocab.vocab_size
     if pieces > config.model.vocab_size:
-      raise UserError(f'the vocabulary {vocab_path} of this workdir has {pieces} pieces but '
+      raise UserError(f'the vocabulary ({vocab.kind}) of {workdir} has {pieces} pieces but '
                       f'model.vocab_size is {config.model.vocab_size}; raise model.vocab_size '
                       'or use another --workdir')
   return False

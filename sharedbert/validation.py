@@ -191,6 +191,7 @@ GLUE = {
     'eval.bootstrap_seed': NON_NEGATIVE,
     'eval.select_best_epoch': BOOL,
     'eval.predict_test': BOOL,
+    'ckpt.max_to_keep': integer(0, text='an integer >= 0 (0: keep no fine-tuned model)'),
     **{f'mesh.{k}': r for k, r in MESH.items()},
 }
 

@@ -124,6 +124,15 @@ def test_fill_mask(restored):
   assert all(g['sequence'].count('[MASK]') == 1 for g in two[0])
   with pytest.raises(UserError, match='no \\[MASK\\]'):
     one.fill_mask('the cat sat on a mat')
+  # With a space before [MASK], the lone word-boundary piece is neither in the input nor ever
+  # an answer, however many answers are asked for.
+  tok = one.tokenizer
+  space = tok.sp.piece_to_id('\u2581')
+  assert tok.id_to_piece(space) == '\u2581'
+  ids = tok.encode(['the cat sat on a [MASK] today'])[0]
+  assert space not in ids and ids[ids.index(tok.mask_id) - 1] != space
+  everything = one.fill_mask('the cat sat on a [MASK] today', top_k=tok.vocab_size)
+  assert space not in [g['token_id'] for g in everything] and all(g['token'] for g in everything)
 
 
 def test_restore_errors_are_user_errors(workdir, tmp_path):

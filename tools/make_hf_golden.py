@@ -8,6 +8,9 @@ written here):
 Writes, into --out:
   config.json, model.safetensors  what `BertForMaskedLM.save_pretrained` writes (no pooler:
                                   the masked-LM model has none)
+  vocab.txt, tokenizer_config.json  a 99-token lower-case WordPiece vocabulary (written by
+                                  `BertTokenizer.save_pretrained`), its special tokens at
+                                  BERT-like ids that are not sentencepiece's 0-4
   golden.npz                      the inputs (input_ids, attention_mask, token_type_ids, one
                                   row padded), the MLM logits at every position, every hidden
                                   state [L+1, B, T, D], and a pooler (pooler_weight in torch's
@@ -38,6 +41,25 @@ CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_
               intermediate_size=37, max_position_embeddings=16, type_vocab_size=2,
               hidden_act='gelu', layer_norm_eps=1e-12, initializer_range=0.2,
               hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+
+
+# 99 tokens: [PAD] 0, two unused, [UNK] 3, [CLS] 4, [SEP] 5, [MASK] 6, then words and pieces.
+VOCAB = (['[PAD]', '[unused0]', '[unused1]', '[UNK]', '[CLS]', '[SEP]', '[MASK]',
+          '.', ',', '!', '?', "'", '-']
+         + ('the a an of to and in is on it that was he she they we you i cat dog sat mat ran '
+            'house tree river city king queen man woman day night good bad big small red blue '
+            'green old new first last time year world music book play read walk talk sing '
+            'paris france capital country').split()
+         + ['##s', '##ed', '##ing', '##er', '##ly', '##y', '##e', '##n', '##t', '##a', '##o',
+            'b', 'c', 'd', 'e', 'f', 'g', 'h', 'k', 'l', 'm', 'n', 'o', 'p', 'r', 's', 't', 'u'])
+assert len(VOCAB) == CONFIG['vocab_size']
+
+
+def write_tokenizer(out_dir: str):
+  with open(os.path.join(out_dir, 'vocab.txt'), 'w', encoding='utf-8') as f:
+    f.write(''.join(t + '\n' for t in VOCAB))
+  tokenizer = transformers.BertTokenizer(os.path.join(out_dir, 'vocab.txt'), do_lower_case=True)
+  tokenizer.save_pretrained(out_dir)
 
 
 def golden_inputs():
@@ -89,6 +111,7 @@ def generate(out_dir: str):
 
   os.makedirs(out_dir, exist_ok=True)
   model.save_pretrained(out_dir)
+  write_tokenizer(out_dir)
   np.savez_compressed(
       os.path.join(out_dir, 'golden.npz'), input_ids=inputs[0].astype(np.int32),
       attention_mask=inputs[1].astype(np.int32), token_type_ids=inputs[2].astype(np.int32),

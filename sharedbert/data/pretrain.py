@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import queue
 import threading
 from typing import Iterator
@@ -35,17 +36,23 @@ from sharedbert.errors import UserError
 Batch = dict[str, np.ndarray]
 
 
-def pack(token_lists, seq_len: int) -> np.ndarray:
+def pack(token_lists, seq_len: int, *, cls_id: int = CLS_ID, sep_id: int = SEP_ID,
+         pad_id: int = PAD_ID) -> np.ndarray:
   """Packs tokenized documents into [N, seq_len] int32 rows (see module docstring)."""
   stream = np.fromiter(
-      itertools.chain.from_iterable(itertools.chain(ids, (SEP_ID,)) for ids in token_lists),
+      itertools.chain.from_iterable(itertools.chain(ids, (sep_id,)) for ids in token_lists),
       dtype=np.int32)
   body = seq_len - 1
   num_rows = -(-len(stream) // body)
-  padded = np.full(num_rows * body, PAD_ID, np.int32)
+  padded = np.full(num_rows * body, pad_id, np.int32)
   padded[:len(stream)] = stream
   rows = padded.reshape(num_rows, body)
-  return np.concatenate([np.full((num_rows, 1), CLS_ID, np.int32), rows], axis=1)
+  return np.concatenate([np.full((num_rows, 1), cls_id, np.int32), rows], axis=1)
+
+
+def pack_ids(tokenizer) -> dict:
+  """pack()'s special ids for a tokenizer."""
+  return dict(cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id)
 
 
 def max_predictions(data_cfg) -> int:
@@ -57,16 +64,24 @@ def max_predictions(data_cfg) -> int:
 
 
 def mask_rows(rows: np.ndarray, keys: np.ndarray, *, seed: int, mask_rate: float,
-              max_predictions: int, vocab_size: int) -> Batch:
-  """Masks each row with its own RNG, keyed by (seed, *keys[i]); returns a model batch."""
+              max_predictions: int, vocab_size: int,
+              special_ids: tuple = tuple(range(NUM_SPECIAL)), mask_id: int = MASK_ID,
+              pad_id: int = PAD_ID) -> Batch:
+  """Masks each row with its own RNG, keyed by (seed, *keys[i]); returns a model batch.
+
+  Special ids are never chosen; random replacements are drawn from the other ids below
+  vocab_size (for sentencepiece, whose specials are 0-4, exactly [5, vocab_size)).
+  """
   b, t = rows.shape
+  special = np.asarray(sorted(special_ids), np.int64)
+  normal = np.setdiff1d(np.arange(vocab_size), special)
   input_ids = rows.copy()
   positions = np.zeros((b, max_predictions), np.int32)
   labels = np.zeros((b, max_predictions), np.int32)
   weights = np.zeros((b, max_predictions), np.float32)
   for i in range(b):
     rng = np.random.default_rng([seed, *(int(k) for k in keys[i])])
-    candidates = np.flatnonzero(rows[i] >= NUM_SPECIAL)
+    candidates = np.flatnonzero(~np.isin(rows[i], special))
     if not len(candidates):
       continue
     n = min(max_predictions, max(1, int(round(len(candidates) * mask_rate))))
@@ -75,14 +90,14 @@ def mask_rows(rows: np.ndarray, keys: np.ndarray, *, seed: int, mask_rate: float
     labels[i, :n] = rows[i, chosen]
     weights[i, :n] = 1.0
     action = rng.random(n)
-    replaced = np.where(action < 0.8, MASK_ID,
-                        np.where(action < 0.9, rng.integers(NUM_SPECIAL, vocab_size, n),
+    replaced = np.where(action < 0.8, mask_id,
+                        np.where(action < 0.9, normal[rng.integers(0, len(normal), n)],
                                  rows[i, chosen]))
     input_ids[i, chosen] = replaced
   return {
       'input_ids': input_ids,
       'segment_ids': np.zeros_like(rows),
-      'input_mask': (rows != PAD_ID).astype(np.int32),
+      'input_mask': (rows != pad_id).astype(np.int32),
       'masked_positions': positions,
       'masked_ids': labels,
       'masked_weights': weights,
@@ -158,7 +173,8 @@ class StreamingData:
       docs = self.documents_fn()
       any_rows = False
       while chunk := list(itertools.islice(docs, self.chunk_docs)):
-        for row in pack(self.tokenizer.encode(chunk), self.seq_len):
+        for row in pack(self.tokenizer.encode(chunk), self.seq_len,
+                        **pack_ids(self.tokenizer)):
           any_rows = True
           yield row
       if not any_rows:
@@ -237,8 +253,10 @@ class PretrainData:
     if self.tokenizer.vocab_size > config.model.vocab_size:
       raise UserError(f'the vocabulary at {vocab_path} has {self.tokenizer.vocab_size} pieces '
                       f'but model.vocab_size is {config.model.vocab_size}')
+    tok = self.tokenizer
     masking = dict(mask_rate=d.mask_rate, max_predictions=max_predictions(d),
-                   vocab_size=self.tokenizer.vocab_size)
+                   vocab_size=tok.vocab_size, special_ids=tok.special_ids,
+                   mask_id=tok.mask_id, pad_id=tok.pad_id)
     common = dict(global_batch=d.batch_size, process_index=process_index,
                   process_count=process_count, masking=masking)
     # The held-out set is masked at `data.eval_mask_rate` whatever the training rate, so that
@@ -254,8 +272,8 @@ class PretrainData:
       n = max(config.eval_batches, 1)
       self.eval_batches = list(itertools.islice(eval_stream.batches(), n))
     else:
-      train_rows = pack(self.tokenizer.encode(train_docs), d.seq_len)
-      eval_rows = pack(self.tokenizer.encode(eval_docs), d.seq_len)
+      train_rows = pack(tok.encode(train_docs), d.seq_len, **pack_ids(tok))
+      eval_rows = pack(tok.encode(eval_docs), d.seq_len, **pack_ids(tok))
       self.train = InMemoryData(train_rows, seed=config.seed, shuffle=True, **common)
       # Fixed held-out batches (same masks at every evaluation, so figures compare). Every
       # held-out row is used once: the last batch is filled with [PAD] rows, which have
@@ -263,7 +281,7 @@ class PretrainData:
       n = -(-len(eval_rows) // d.batch_size)
       if config.eval_batches:
         n = min(n, config.eval_batches)
-      padded = np.full((n * d.batch_size, d.seq_len), PAD_ID, np.int32)
+      padded = np.full((n * d.batch_size, d.seq_len), tok.pad_id, np.int32)
       kept = eval_rows[:len(padded)]
       padded[:len(kept)] = kept
       evaluation = InMemoryData(padded, seed=config.seed + 1, shuffle=False, **eval_common)
@@ -271,9 +289,12 @@ class PretrainData:
       self.num_train_rows = len(train_rows)
 
   def _load_or_train_vocab(self, path, documents_fn, is_writer, wait):
-    """Reuses WORKDIR/vocab.model, or learns it from the training documents (process 0)."""
+    """Reuses the workdir's vocabulary (vocab.model, or the vocab.txt of a Hugging Face
+    import), or learns a sentencepiece one from the training documents (process 0)."""
     import tensorflow as tf
     d = self.config.data
+    if tokenizer_lib.vocab_kind(os.path.dirname(path)) == 'wordpiece':
+      return tokenizer_lib.read_wordpiece(os.path.dirname(path))
     if is_writer and not tf.io.gfile.exists(path):
       tok = tokenizer_lib.train(
           documents_fn(), self.config.model.vocab_size, model_type=d.vocab_model_type,

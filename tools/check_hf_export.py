@@ -1,0 +1,121 @@
+r"""Checks an exported directory with real transformers against sharedbert (two processes).
+
+Needs torch and transformers (not sharedbert's dependencies); run it with a Python that
+has them, and point --sharedbert_python at one that has sharedbert:
+
+  python tools/check_hf_export.py --hf_dir=/tmp/bert_out --workdir=WORKDIR \
+      [--sharedbert_python=python] [--sentences=FILE] [--masked=FILE]
+
+- the tokenizer: `AutoTokenizer.from_pretrained(hf_dir)` ids == sharedbert's ids on every
+  sentence (the built-in ones, or one a line from --sentences);
+- BertForMaskedLM (a pretraining workdir): `pipeline("fill-mask")` top-5 ids == those of
+  `sharedbert.restore(workdir).fill_mask`, and the largest score difference;
+- BertForSequenceClassification (a fine-tuned WORKDIR/<task>/seed_<s>): logits of
+  `AutoModelForSequenceClassification` vs `sharedbert.restore(seed_dir).logits`.
+Prints the figures; exits 1 if ids differ or logits differ by more than 1e-5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+SENTENCES = [
+    'Return the number of items in the list.', 'The cat sat on the mat.',
+    'This module provides access to some objects used or maintained by the interpreter.',
+    'Raise a ValueError if the value is not found.', 'It is a truth universally acknowledged.',
+    '  Leading and   trailing  spaces  ', 'Ünïcödé, café and naïve text.',
+]
+MASKED = [
+    'Return the [MASK] of items in the list.', 'Raise a [MASK] if the value is not found.',
+    'The [MASK] is not defined.', 'This function returns a new [MASK].',
+    'Open the file and [MASK] its contents.', 'The cat sat on the [MASK].',
+]
+
+_OURS = r'''
+import json, sys
+import numpy as np
+import sharedbert
+args = json.loads(sys.argv[1])
+run = sharedbert.restore(args['workdir'])
+out = {'ids': run.tokenizer.encode(args['sentences'])}
+if hasattr(run, 'fill_mask'):
+  out['fill'] = [[(g['token_id'], g['score']) for g in run.fill_mask(t)] for t in args['masked']]
+else:
+  out['logits'] = run.logits(args['sentences']).tolist()
+print('JSON' + json.dumps(out))
+'''
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--hf_dir', required=True)
+  parser.add_argument('--workdir', required=True)
+  parser.add_argument('--sharedbert_python', default=sys.executable)
+  parser.add_argument('--sentences', default='')
+  parser.add_argument('--masked', default='', help='sentences with one [MASK], one a line')
+  args = parser.parse_args()
+  sentences = SENTENCES
+  if args.sentences:
+    with open(args.sentences, encoding='utf-8') as f:
+      sentences = [l.rstrip('\n') for l in f if l.strip()]
+
+  masked = MASKED
+  if args.masked:
+    with open(args.masked, encoding='utf-8') as f:
+      masked = [l.rstrip('\n') for l in f if l.strip()]
+
+  import numpy as np
+  import torch
+  import transformers
+  print(f'transformers {transformers.__version__}, torch {torch.__version__}')
+  request = json.dumps({'workdir': args.workdir, 'sentences': sentences, 'masked': masked})
+  done = subprocess.run([args.sharedbert_python, '-c', _OURS, request], capture_output=True,
+                        text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  if done.returncode:
+    sys.exit(f'sharedbert failed:\n{done.stderr[-3000:]}')
+  ours = json.loads(next(l for l in done.stdout.splitlines() if l.startswith('JSON'))[4:])
+
+  tok = transformers.AutoTokenizer.from_pretrained(args.hf_dir)
+  print(f'AutoTokenizer: {type(tok).__name__}, {len(tok)} tokens')
+  theirs = [tok(s, add_special_tokens=False)['input_ids'] for s in sentences]
+  same = sum(a == b for a, b in zip(ours['ids'], theirs))
+  print(f'token ids equal on {same} of {len(sentences)} sentences')
+  failed = same != len(sentences)
+  for s, a, b in zip(sentences, ours['ids'], theirs):
+    if a != b:
+      print(f'  differ: {s[:60]!r}: sharedbert {a[:12]} transformers {b[:12]}')
+
+  config = transformers.AutoConfig.from_pretrained(args.hf_dir)
+  if 'BertForSequenceClassification' in (config.architectures or []):
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(args.hf_dir).eval()
+    batch = tok(sentences, padding=True, return_tensors='pt')
+    with torch.no_grad():
+      logits = model(**batch).logits.numpy()
+    err = float(np.max(np.abs(logits - np.asarray(ours['logits']))))
+    print(f'classifier logits: max |transformers - sharedbert| = {err:.2e} over '
+          f'{logits.size} values')
+    failed |= err > 1e-5
+  else:
+    fill = transformers.pipeline('fill-mask', model=args.hf_dir, tokenizer=tok, top_k=5)
+    equal, worst = 0, 0.0
+    for text, want in zip(masked, ours['fill']):
+      got = fill(text.replace('[MASK]', tok.mask_token))
+      got_ids = [g['token'] for g in got]
+      equal += got_ids == [i for i, _ in want]
+      worst = max(worst, max(abs(g['score'] - s) for g, (_, s) in zip(got, want)))
+      print(f'  {text!r}: transformers {[g["token_str"] for g in got]} ids {got_ids}; '
+            f'sharedbert ids {[i for i, _ in want]}')
+    print(f'fill-mask top-5 ids equal on {equal} of {len(masked)} sentences; max score '
+          f'difference {worst:.2e}')
+    failed |= equal != len(masked)
+  if failed:
+    sys.exit(1)
+  print('OK')
+
+
+if __name__ == '__main__':
+  main()
