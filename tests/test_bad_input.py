@@ -54,7 +54,7 @@ def listing(workdir: pathlib.Path):
      "--config.total_steps=abc: config.total_steps takes an int, e.g. 1000 (invalid literal "
      "for int() with base 10: 'abc')"),
     ('--config.model.dropout_rate=high',
-     "--config.model.dropout_rate=high: config.model.dropout_rate takes a float, e.g. 0.1 "
+     "--config.model.dropout_rate=high: config.model.dropout_rate takes a float, e.g. 0.0 "
      "(could not convert string to float: 'high')"),
     ('--config=configs/no_such_variant.py',
      "cannot load the config file of --config=configs/no_such_variant.py ([Errno 2] No such "
