@@ -2,7 +2,7 @@ r"""Attention probes: synthetic tasks trained from scratch per variant (sharedbe
 
   python -m sharedbert.probe --workdir=W                              # the cpu preset
   python -m sharedbert.probe --config=configs/probe.py:gpu --workdir=W
-  python -m sharedbert.probe --workdir=W --config.seeds=5 --config.mqar.num_pairs=12
+  python -m sharedbert.probe --workdir=W --config.seeds=5 --config.mqar.num_pairs=8
 
 Every variant in `variants` is trained from scratch on every task in `tasks` with seeds
 0..seeds-1, under one budget (the same steps, batch, learning rate and data: seed s sees
@@ -10,10 +10,13 @@ the same training batches and the same evaluation set whatever the variant).
 
 Presets (the word after the colon):
   cpu  L=2, D=64, 2 heads, sequences of 32 tokens, 16 content symbols, 800 steps of
-       batch 32 (about 20 ms each on 2 shared CPU cores); 6 variants x 4 tasks x 3 seeds
-       in about 20 minutes (docs/probe_cpu/report.md).
-  gpu  L=4, D=128, 4 heads, sequences of 128 tokens, 64 symbols, harder tasks (more
-       pairs, longer contexts), 5 seeds, 4x the steps at batch 128.
+       batch 32; 6 variants x 4 tasks x 3 seeds took 24 minutes on 2 CPU cores that other
+       jobs kept at load 3.7-4.3 (docs/probe_cpu/report.md), about 17 s a run of which
+       0.02 s a step. Standard learns the majority control in every seed but is still
+       short of MQAR, the directed task and (in 2 of 3 seeds) induction at 800 steps.
+  gpu  not yet run on a GPU: sizes and steps are a starting point, not a measured budget.
+       L=4, D=128, 4 heads, sequences of 128 tokens, 64 symbols, harder tasks (more
+       pairs, longer contexts), 5 seeds, 4,000 steps at batch 128.
 """
 
 import ml_collections

@@ -12,6 +12,7 @@ data and their differences pair up seed by seed.
 
 Workdir layout:
   config.json                          the probe config
+  timing.json                          wall time and load of the last invocation that trained
   runs/<variant>/<task>/seed_<s>.json  one training run: accuracy curve, final accuracy,
                                        timings (written atomically; its presence = done)
   summary.json, report.md, curves.png, final.png
@@ -332,14 +333,18 @@ def run_probe(config, workdir: str, *, report_only: bool = False, command: str =
   workdir = os.path.abspath(os.fspath(workdir))
   load_start = os.getloadavg()[0]
   t0 = time.time()
-  train_wall = 0.0
-  if not report_only:
+  timing_path = os.path.join(workdir, 'timing.json')
+  if report_only:
+    # The timing of the invocation that trained, kept so that a rewritten report keeps it.
+    timing = read_json(timing_path) if os.path.isfile(timing_path) else {}
+    timing['report_only'] = True
+  else:
     write_config(config, workdir)
     train_wall = run_all(config, workdir)
-  timing = {'command': command, 'wall_s': round(time.time() - t0, 1),
-            'train_wall_s': round(train_wall, 1), 'load_start': round(load_start, 2),
-            'load_end': round(os.getloadavg()[0], 2), 'report_only': report_only,
-            'cpu_count': os.cpu_count()}
+    timing = {'command': command, 'wall_s': round(time.time() - t0, 1),
+              'train_wall_s': round(train_wall, 1), 'load_start': round(load_start, 2),
+              'load_end': round(os.getloadavg()[0], 2), 'cpu_count': os.cpu_count()}
+    write_json(timing_path, timing)
   path = probe_report.write_report(config, workdir, load_runs(config, workdir), timing)
   logging.info('probe: wrote %s', path)
   return path

@@ -99,11 +99,14 @@ def task_sentence(task: str, entry: dict) -> str:
   if ref is None:
     return (f'**{task}**: `standard` was not run, so there is no reference; accuracies: ' +
             ', '.join(f'{n} {_f(v["mean"])}' for n, v in variants.items()) + '.')
-  head = (f'**{task}** (chance {_f(c)}): `standard` reaches {_f(ref["mean"])} ± '
-          f'{_f(ref["std"])} over {ref["n"]} seeds')
+  parts = [f'**{task}** (chance {_f(c)}): `standard` reaches {_f(ref["mean"])} ± '
+           f'{_f(ref["std"])} over {ref["n"]} seeds']
   if not _learned(entry, ref):
-    return (head + ', less than halfway from chance to perfect, so within this budget the '
-            'task does not separate the variants; raise total_steps or ease its knobs.')
+    parts[0] += ', less than halfway from chance to perfect: this budget is short for it'
+    past = [(n, v) for n, v in variants.items() if n != REFERENCE and _learned(entry, v)]
+    if past:
+      parts.append('past halfway: ' + ', '.join(
+          f'`{n}` ({_f(v["mean"])} ± {_f(v["std"])})' for n, v in past))
   lower = [(n, v['vs_standard']) for n, v in variants.items()
            if 'vs_standard' in v and v['vs_standard']['reliable'] and v['vs_standard']['diff'] < 0]
   higher = [(n, v['vs_standard']) for n, v in variants.items()
@@ -113,16 +116,15 @@ def task_sentence(task: str, entry: dict) -> str:
   def listed(items):
     return ', '.join(f'`{n}` ({_signed(d["diff"])}, interval [{_signed(d["ci"][0])}, '
                      f'{_signed(d["ci"][1])}])' for n, d in items)
-  parts = [head]
   if lower:
-    parts.append(f'reliably below it: {listed(lower)}')
+    parts.append(f'reliably below `standard`: {listed(lower)}')
   if higher:
-    parts.append(f'reliably above it: {listed(higher)}')
+    parts.append(f'reliably above `standard`: {listed(higher)}')
   if same:
-    parts.append('no reliable difference from it: ' + ', '.join(f'`{n}`' for n in same))
+    parts.append('no reliable difference from `standard`: ' + ', '.join(f'`{n}`' for n in same))
   near_chance = [n for n, v in variants.items() if v['mean'] < c + 0.1 * (1.0 - c)]
   if near_chance:
-    parts.append('at chance level (within a tenth of the way to perfect): ' +
+    parts.append('within a tenth of the way from chance to perfect: ' +
                  ', '.join(f'`{n}`' for n in near_chance))
   return '; '.join(parts) + '.'
 
@@ -241,13 +243,15 @@ def render(config, summary: dict, timing: dict) -> str:
                     for e in t['variants'].values())
   total_wall = sum(sum(e['wall_s']) for t in summary['tasks'].values()
                    for e in t['variants'].values())
-  if timing.get('report_only'):
-    lines += ['- this invocation only rewrote the report']
-  else:
-    lines += [f'- wall time of this invocation: {timing["wall_s"]:.0f} s '
+  if timing.get('wall_s') is not None:
+    lines += [f'- wall time of the invocation that trained: {timing["wall_s"]:.0f} s '
               f'({timing["wall_s"] / 60:.1f} min) on {timing.get("cpu_count")} CPU cores '
               f'(load average {timing.get("load_start")} at the start, '
-              f'{timing.get("load_end")} at the end)']
+              f'{timing.get("load_end")} at the end)' +
+              ('; this report was rewritten later with --report_only'
+               if timing.get('report_only') else '')]
+  else:
+    lines += ['- this report was written with --report_only; no timing of the training was kept']
   lines += [f'- summed over runs: {total_wall:.0f} s per-run wall time, of which {total_train:.0f} s '
             'in the compiled training steps (the rest: compiling, data generation, evaluation)',
             f'- preset `{config.preset}`; seeds {int(config.seeds)}; {int(config.total_steps)} steps '
@@ -332,8 +336,9 @@ def render(config, summary: dict, timing: dict) -> str:
             f'With {int(config.seeds)} seeds the interval is wide (t quantile '
             f'{_t_quantile(summary["confidence"], int(config.seeds)):.2f}); a difference it '
             'does not call reliable may still be real.',
-            '- A task says something only where `standard` learns it: the sentences say when '
-            'it does not (less than halfway from chance to perfect).', '']
+            '- Where `standard` itself stays less than halfway from chance to perfect, the '
+            'budget is short for the task: a variant above it learned faster, which is not '
+            'the same as being able to learn what `standard` cannot.', '']
   return '\n'.join(lines)
 
 
