@@ -1,4 +1,4 @@
-"""Statistics for reporting results: seed mean/std and bootstrap intervals.
+"""Statistics for reporting results: seed mean/std, t intervals over seeds, bootstrap intervals.
 
 Bootstrap intervals resample dev examples with replacement (percentile method).
 Metric functions marked with `@batched` take arrays of shape (R, n) and return
@@ -33,6 +33,20 @@ def mean_std(values) -> tuple[float, float]:
     raise ValueError('mean_std needs at least one value')
   std = float(np.std(v, ddof=1)) if v.size > 1 else 0.0
   return float(np.mean(v)), std
+
+
+def t_interval(values, confidence: float = 0.95) -> tuple[float, float]:
+  """Student-t interval of the mean of `values` (nan for fewer than 2 values).
+
+  Of per-seed differences between two systems, it is the seed-paired interval: one that
+  excludes 0 says the difference holds across seeds, not just for the seeds drawn.
+  """
+  from scipy import stats as sp_stats
+  v = np.asarray(values, np.float64).ravel()
+  if v.size < 2:
+    return float('nan'), float('nan')
+  half = sp_stats.t.ppf(0.5 + confidence / 2, v.size - 1) * np.std(v, ddof=1) / np.sqrt(v.size)
+  return float(v.mean() - half), float(v.mean() + half)
 
 
 def _check(predictions, labels, num_resamples, confidence):
