@@ -11,8 +11,9 @@ configs/glue.py). Exit codes:
   0    done.
   2    a user error: a bad flag, config value, path or workdir, said in one line on stderr
        (the traceback with --verbose); the workdir is left as it was.
-  3    stopped after optim.max_skipped_steps consecutive non-finite steps; the last good
-       checkpoint is kept (lower optim.lr, then run the same command to resume).
+  3    stopped after optim.max_skipped_steps consecutive non-finite steps, or the run's
+       last steps were non-finite; the last good checkpoint is kept (lower optim.lr, then
+       run the same command to resume). No checkpoint holds a non-finite value.
   143  preempted (SIGTERM, or orbax's preemption notice) after saving a checkpoint at the
        current step: run the same command again to resume.
 A run killed outright (SIGKILL, a lost node) resumes from its last checkpoint when the

@@ -200,10 +200,9 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
   loss = loss_sum / denom
   grad_norm = optax.global_norm(grads)
   updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
-  # A finite loss and gradient are not enough: a NaN learning rate, or an overflowing
-  # update, would write NaN into every parameter (from the first step on) unchecked.
-  finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-            & jnp.isfinite(optax.global_norm(updates)))
+  # A finite loss and gradient are not enough: a NaN learning rate (or an update that
+  # overflows) would write NaN into every parameter, from the first step on.
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
   new_params = optax.apply_updates(state.params, updates)
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
   new_state = TrainState(

@@ -254,6 +254,11 @@ def test_user_errors(untrained, tmp_path):
   with pytest.raises(UserError, match='not a pretraining workdir'):
     finetune.finetune_and_evaluate(c, str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
+  run = finetune.open_pretrained(str(untrained))
+  mesh = sharding.make_mesh(c.mesh)
+  target = finetune.abstract_encoder(run.model_config, mesh, sb_config.DEFAULT_LOGICAL_AXIS_RULES)
+  with pytest.raises(UserError, match='no checkpoints'):
+    finetune.restore_encoder_params(str(untrained), target)
 
 
 def test_input_errors_are_found_before_anything_is_written_or_restored(untrained, tmp_path):
@@ -290,11 +295,6 @@ def test_input_errors_are_found_before_anything_is_written_or_restored(untrained
           **{'eval.confidence': 1.0})
   refused(r'^data\.seq_len must be an integer >= 3 \(\[CLS\] a \[SEP\]\), got 2$',
           **{'data.seq_len': 2})
-  run = finetune.open_pretrained(str(untrained))
-  mesh = sharding.make_mesh(c.mesh)
-  target = finetune.abstract_encoder(run.model_config, mesh, sb_config.DEFAULT_LOGICAL_AXIS_RULES)
-  with pytest.raises(UserError, match='no checkpoints'):
-    finetune.restore_encoder_params(str(untrained), target)
 
 
 def test_bootstrap_seed_mean_scores_every_seed_on_the_same_resample():

@@ -228,8 +228,8 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(setup):
       cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
   assert run.returncode == 3, run.stderr[-3000:]
   assert error_lines(run.stderr) == [
-      'sharedbert: error: 3 consecutive steps (up to step 4) had a non-finite loss or '
-      'gradient, optim.max_skipped_steps=3; stopped, and the last good checkpoint (step 1) '
+      'sharedbert: error: 3 consecutive steps (up to step 4) had a non-finite loss, '
+      'gradient or update, optim.max_skipped_steps=3; stopped, and the last good checkpoint (step 1) '
       f'is kept in {workdir}/checkpoints. Lower optim.lr (or check the data), then run '
       'again to resume']
   assert 'Traceback' not in run.stderr

@@ -284,6 +284,49 @@ def test_accumulated_micro_batches_equal_one_larger_batch(one_device_run):
   assert_params_close(state.params, ref_state.params)
 
 
+def raw_gradients(config, devices, batch, params):
+  """The gradient of one train step on a mesh of `devices`, read as the parameter change
+  under plain SGD with learning rate 1 (no Adam, no clipping: they would hide its scale)."""
+  import optax
+  mesh = sharding.make_mesh(config.mesh, devices)
+  axis_rules = sharding.rules(config)
+  model = BertForPretraining(ModelConfig.from_config(config.model))
+  tx = optax.sgd(1.0)
+  d = config.data
+  shardings = train.state_shardings(model, tx, mesh, axis_rules, d.seq_len, d.max_predictions)
+  zero = lambda: np.zeros((), np.int32)  # Three arrays: each is donated.
+  start = train.TrainState(step=zero(), params=params, opt_state=tx.init(params),
+                           skipped=zero(), skipped_total=zero())
+  state = jax.device_put(start, shardings)
+  step_fn, _ = train.jit_steps(model, tx, lambda step: 1.0, mesh, shardings,
+                               jax.random.key(0), config.optim.grad_accum_steps)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    global_batch = sharding.global_batch(batch, mesh)
+    compiled = step_fn.lower(state, global_batch).compile(FAST_COMPILE)
+    state, metrics = compiled(state, global_batch)
+  new = flat_params(state.params)
+  return {k: v - new[k] for k, v in flat_params(params).items()}, float(metrics['grad_norm'])
+
+
+def test_raw_gradients_are_the_same_on_every_mesh_and_with_accumulation(one_device_run):
+  """The mean over all masked tokens of the global batch, whatever the mesh and the
+  number of micro-batches: a gradient summed over devices or micro-batches instead of
+  averaged would be off by a factor of 8 or 4 here."""
+  batches, start, _, _ = one_device_run
+  ref, ref_norm = raw_gradients(no_dropout(tiny_config()), jax.devices()[:1], batches[0],
+                                start.params)
+  assert ref_norm > 0.1 and sum(np.any(g != 0) for g in ref.values()) >= 0.9 * len(ref)
+  config = no_dropout(tiny_config((2, 2, 2)))
+  config.optim.grad_accum_steps = 4
+  got, got_norm = raw_gradients(config, jax.devices(), batches[0], start.params)
+  np.testing.assert_allclose(got_norm, ref_norm, rtol=1e-5)
+  for key in ref:
+    # A gradient read as p - (p - g) carries float32 rounding at the scale of p (LayerNorm
+    # scales are 1): ~1e-7, while a wrong scale would be off by 3 to 7 times |g|.
+    np.testing.assert_allclose(got[key], ref[key], rtol=0,
+                               atol=3e-7 + 1e-5 * np.abs(ref[key]).max(), err_msg=key)
+
+
 def test_bfloat16_compute_keeps_float32_parameters(one_device_run):
   """bfloat16 compute (with full rematerialization) trains float32 parameters."""
   batches, start, ref_losses, _ = one_device_run
