@@ -281,9 +281,10 @@ class Restored:
       if tok.id_to_piece(space) == '\u2581':
         usable[space] = False
     results = []
+    candidates = np.flatnonzero(usable)
     for slot, position in enumerate(positions):
       scores = np.where(usable, log_probs[slot], -np.inf)
-      best = np.argsort(-scores, kind='stable')[:top_k]
+      best = candidates[np.argsort(-scores[candidates], kind='stable')[:top_k]]
       results.append([{
           'token': tok.token_text(i),
           'token_id': int(i),

@@ -37,8 +37,9 @@ WORDS = ('the cat sat on a mat while seven dogs ran past the old red barn and a 
 
 
 def tiny_config(mesh=(1, 1, 1), attention='shared'):
-  """The `tiny` preset shrunk to seconds; dropout stays on (it must shard like the rest)."""
-  config = config_lib.pretrain_config(attention, 'tiny')
+  """The `tiny` preset shrunk to seconds, under BERT's recipe: dropout stays on (it must
+  shard like the rest), and the golden table is of the post-LN tree."""
+  config = config_lib.pretrain_config(attention, 'tiny,recipe=bert')
   config.model.update(TINY_MODEL)
   config.data.update(seq_len=32, batch_size=16, max_predictions=5, eval_fraction=0.1)
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh
@@ -85,7 +86,7 @@ def tiny_flags(workdir, corpus, mesh=None):
   """`tiny_config` as command-line flags of sharedbert.main, training on `corpus`."""
   model = [f'--config.model.{k}={v}' for k, v in TINY_MODEL.items()]
   mesh = [f'--config.mesh.{a}={n}' for a, n in zip(sharding.MESH_AXES, mesh)] if mesh else []
-  return ['--config=configs/shared_base.py:tiny', f'--workdir={workdir}',
+  return ['--config=configs/shared_base.py:tiny,recipe=bert', f'--workdir={workdir}',
           f'--config.data.corpus={corpus}', *model, '--config.data.batch_size=16',
           '--config.data.seq_len=32', '--config.data.max_predictions=5',
           '--config.data.eval_fraction=0.1', f'--config.total_steps={STEPS}',
