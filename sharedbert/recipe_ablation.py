@@ -8,7 +8,8 @@ Arms: BERT's recipe, the budget recipe, and the budget recipe without each of it
 (`sharedbert.config.BUDGET_RECIPE`), all at the preset's size. Every arm gets the same
 training time: a short calibration run measures its step time, and its `total_steps` is
 set so that the schedule (warmup, then decay to 0) ends when the time is up. Each arm is
-one ordinary pretraining run in W/<arm>/ (so it resumes, and a finished arm is skipped);
+one ordinary pretraining run in W/<arm>/ (a finished arm is skipped when the command is run
+again; an interrupted one trains again from its start);
 the report goes to OUT/recipe.md, OUT/ablation.json and OUT/learning_curves.png.
 Step times are machine-dependent: run it on an idle machine and read the load it reports.
 """

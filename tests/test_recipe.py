@@ -154,3 +154,39 @@ def test_a_small_held_out_set_is_used_once_without_wrapping(tmp_path):
   assert (originals[len(expected):] == pretrain.PAD_ID).all()
   weights = np.concatenate([b['masked_weights'] for b in data.eval_batches])
   assert weights[len(expected):].sum() == 0 and weights[:len(expected)].sum() > 0
+
+
+def test_the_ablation_command_trains_each_arm_for_the_budget_and_reports(tmp_path):
+  import json
+  import subprocess
+  import sys
+  corpus = tmp_path / 'corpus.txt'
+  rng = np.random.default_rng(0)
+  words = [f'w{i}' for i in range(80)]
+  corpus.write_text('\n\n'.join(' '.join(rng.choice(words, 60)) for _ in range(200)))
+  out = tmp_path / 'out'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  result = subprocess.run(
+      [sys.executable, '-m', 'sharedbert.recipe_ablation', f'--workdir={tmp_path / "w"}',
+       f'--out={out}', '--seconds=2', '--calibration_steps=3', '--evals=2',
+       f'--corpus={corpus}', '--arms=bert,budget without mask 40%'],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  report = json.loads((out / 'ablation.json').read_text())
+  arms = {a['arm']: a for a in report['arms']}
+  assert list(arms) == ['bert', 'budget without mask 40%']
+  # Each arm's steps are the budget over its calibrated step time, and it trained them all.
+  for a in arms.values():
+    assert a['steps'] == max(int(2 / a['calibrated_step_time']), 10)
+    assert a['curve'][-1][0] == a['steps'] and 0 <= a['eval_mlm_accuracy'] <= 1
+  # The arm keeps the budget's keys except the left-out group, resolved for this preset.
+  kept = arms['budget without mask 40%']['overrides']
+  assert 'data.mask_rate' not in kept and kept['model.pre_layer_norm'] is True
+  assert kept['model.initializer_range'] == round(0.7 / 128 ** 0.5, 4)
+  assert arms['bert']['overrides'] == {}
+  assert (out / 'learning_curves.png').stat().st_size > 0
+  assert '| budget without mask 40% |' in (out / 'recipe.md').read_text()
+  # A second run trains nothing again: each finished arm is read back.
+  again = subprocess.run(result.args, cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=600)
+  assert again.returncode == 0 and 'Starting a new run' not in again.stderr
