@@ -687,13 +687,16 @@ class TaskRun:
     train_lib._sync(f'finetune_models_{self.spec.name}_{seed}')
     return classifier_manager(seed_dir, c)
 
-  def majority_baseline(self, split: str) -> float:
-    """The dev score of always predicting the most frequent train label (STS-B: the mean)."""
+  def majority_prediction(self):
+    """The most frequent train label (STS-B: the mean score)."""
     labels = self.train.labels
     if self.spec.is_regression:
-      constant = float(np.mean(labels))
-    else:
-      constant = int(np.bincount(labels, minlength=self.spec.num_labels).argmax())
+      return float(np.mean(labels))
+    return int(np.bincount(labels, minlength=self.spec.num_labels).argmax())
+
+  def majority_baseline(self, split: str) -> float:
+    """The dev score of always predicting the most frequent train label (STS-B: the mean)."""
+    constant = self.majority_prediction()
     dev = self.features[split].labels
     preds = np.full(dev.shape, constant, dev.dtype)
     return glue_metrics.task_score(self.spec, glue_metrics.task_metrics(self.spec, preds, dev))

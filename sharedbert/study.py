@@ -114,14 +114,40 @@ def pretrain_config(config, variant: str):
   path = os.path.join(REPO_CONFIGS, f'{variant}_base.py')
   cfg = load_config_file(path, config.pretrain.arg or None)
   merge_overrides(cfg, config.pretrain.override, 'config.pretrain.override')
+  _rederive_recipe(cfg, config.pretrain.arg or None, config.pretrain.override)
   cfg.model.attention = variant
   return cfg
 
 
-def glue_config(config, init_from: str, task: str):
+def _has_leaf(override, dotted: str) -> bool:
+  node = override
+  for name in dotted.split('.'):
+    if not hasattr(node, 'keys') or name not in node:
+      return False
+    node = node[name]
+  return True
+
+
+def _rederive_recipe(cfg, arg, override) -> None:
+  """The recipe's values that depend on the model (the budget recipe's init scale on the
+  width) were computed for the preset's size; computed again for the overridden one,
+  unless the override sets them itself."""
+  from sharedbert import config as sb_config
+  args = sb_config.parse_arg(arg, {'size': 'base', 'corpus': '', 'recipe': ''})
+  recipe = args['recipe'] or ('bert' if args['size'] == 'base' else 'budget')
+  derived = {k: v(cfg) for k, v in sb_config.recipe_overrides(recipe).items()
+             if callable(v) and not _has_leaf(override, k)}
+  sb_config.apply_overrides(cfg, derived)
+
+
+def glue_config(config, init_from: str, task: str, *, from_scratch: bool = False):
   cfg = load_config_file(os.path.join(REPO_CONFIGS, 'glue.py'), None)
   merge_overrides(cfg, config.glue.override, 'config.glue.override')
+  if cfg.from_scratch:
+    raise UserError('glue.override.from_scratch must stay False: the no-pretraining row is '
+                    "config.baselines=('none',)")
   cfg.init_from = init_from
+  cfg.from_scratch = from_scratch
   cfg.task = task
   cfg.seeds = int(config.seeds)
   cfg.seed = 0
@@ -129,6 +155,117 @@ def glue_config(config, init_from: str, task: str):
     raise UserError('the study reports the last epoch; leave glue.override.eval.select_best_epoch '
                     'False (selecting on the dev set it reports is optimistic)')
   return cfg
+
+
+# ---------------------------------------------------------------------------------------
+# The plan: the tasks, baselines and transfers the study runs, and what it skips and why.
+
+# `none`: the `standard` architecture (its config.json and the study's vocabulary) fine-tuned
+# from a random initialization under the same GLUE recipe, seeds and data: what pretraining buys.
+BASELINES = {'none': 'standard'}
+
+
+def baselines_of(config, variants: list[str]) -> list[str]:
+  names = list(config.get('baselines', ()))
+  unknown = [b for b in names if b not in BASELINES]
+  if unknown:
+    raise UserError(f'config.baselines lists {unknown}; known: {", ".join(BASELINES)} '
+                    '(or () for none)')
+  for b in names:
+    if BASELINES[b] not in variants:
+      raise UserError(f"config.baselines={tuple(names)!r}: {b!r} fine-tunes the "
+                      f"{BASELINES[b]!r} architecture from random weights and needs "
+                      f"{BASELINES[b]!r} in config.variants; add it or set baselines=()")
+  return names
+
+
+def listed_glue_tasks(config):
+  """config.glue.tasks as task names; None for 'auto' (found in the glue_data folder)."""
+  from sharedbert.data import glue
+  value = config.glue.tasks
+  items = ([x.strip() for x in value.split(',')] if isinstance(value, str)
+           else [str(x).strip() for x in value])
+  items = [x for x in items if x]
+  if [x.lower() for x in items] == ['auto']:
+    return None
+  if not items:
+    raise UserError("config.glue.tasks is empty; name tasks ('cola,sst2') or 'auto'")
+  names = []
+  for item in items:
+    name = glue.get_task(item).name
+    if name not in glue.TASKS:
+      raise UserError(f'config.glue.tasks: {item!r} has no training set; choose from '
+                      f'{", ".join(glue.TASKS)} or auto')
+    if name not in names:
+      names.append(name)
+  return names
+
+
+def discover_glue_tasks(glue_dir: str) -> tuple[list[str], list[tuple[str, str]]]:
+  """The tasks of a glue_data folder with a train.tsv and every dev file (GLUE's order),
+  and (task, reason) for each task folder that lacks one."""
+  from sharedbert.data import glue
+  if not os.path.isdir(glue_dir):
+    raise UserError(f"glue.tasks='auto': glue.override.data.glue_dir={glue_dir} does not "
+                    'exist; point it at the glue_data folder (CoLA/, SST-2/, ...)')
+  tasks, skipped = [], []
+  for name, spec in glue.TASKS.items():
+    folder = os.path.join(glue_dir, spec.glue_dir_name)
+    if not os.path.isdir(folder):
+      continue
+    files = ['train.tsv'] + [glue.split_filename(spec, s) for s in spec.dev_splits]
+    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+      skipped.append((name, 'no ' + ', no '.join(missing)))
+    else:
+      tasks.append(name)
+  return tasks, skipped
+
+
+def resolve_glue_tasks(config) -> tuple[list[str], list[tuple[str, str]]]:
+  """(tasks to run, [(task, why it is skipped)]): the listed tasks, or with 'auto' every
+  task of the glue_data folder that can be trained and scored."""
+  listed = listed_glue_tasks(config)
+  if listed is not None:
+    return listed, []
+  glue_dir, _ = _glue_source(config)
+  if not glue_dir:
+    raise UserError("glue.tasks='auto' finds the tasks in glue.override.data.glue_dir, "
+                    "which is not set; set it, or list the tasks (glue.tasks='cola,sst2')")
+  tasks, skipped = discover_glue_tasks(glue_dir)
+  if not tasks:
+    found = '; '.join(f'{t}: {why}' for t, why in skipped) or 'no task folder'
+    raise UserError(f"glue.tasks='auto' found no task with a train.tsv and a dev.tsv in "
+                    f'glue.override.data.glue_dir={glue_dir} ({found})')
+  return tasks, skipped
+
+
+def _target_missing(config, transfer) -> str:
+  """Why a transfer's target data is not there ('' when it is, or when only tfds knows)."""
+  from sharedbert.data import glue
+  glue_dir, _ = _glue_source(config)
+  if transfer.target == 'imdb' or not glue_dir:
+    return ''
+  spec = glue.get_task(transfer.target)
+  name = glue.split_filename(spec, transfer.target_split)
+  if os.path.isfile(os.path.join(glue_dir, spec.glue_dir_name, name)):
+    return ''
+  return f'no {spec.glue_dir_name}/{name} in the GLUE data'
+
+
+def crossdomain_plan(config, tasks) -> tuple[list, list[tuple[str, str]]]:
+  """(transfers to run, [(pair, why it is skipped)]) for config.crossdomain.pairs."""
+  from sharedbert import crossdomain
+  run, skipped = [], []
+  for pair in config.crossdomain.pairs:
+    t = crossdomain.get_transfer(pair)
+    why = (f'its source {t.source} is not fine-tuned in this study' if t.source not in tasks
+           else _target_missing(config, t))
+    if why:
+      skipped.append((t.name, why))
+    else:
+      run.append(t)
+  return run, skipped
 
 
 # ---------------------------------------------------------------------------------------
@@ -222,9 +359,7 @@ def traced_task_run(base_cls):
 
 
 def _transfers_from(config, task: str):
-  from sharedbert import crossdomain
-  return [t for t in (crossdomain.get_transfer(p) for p in config.crossdomain.pairs)
-          if t.source == task]
+  return [t for t in crossdomain_plan(config, [task])[0] if t.source == task]
 
 
 def _glue_source(config):
@@ -247,16 +382,20 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
   from sharedbert import sharding
   from sharedbert.metrics import glue as glue_metrics
 
-  init_from = pretrain_dir(workdir, variant)
-  cfg = glue_config(config, init_from, task)
+  # A baseline takes its architecture's config.json and vocabulary, not its weights.
+  arch = BASELINES.get(variant)
+  init_from = pretrain_dir(workdir, arch or variant)
+  cfg = glue_config(config, init_from, task, from_scratch=arch is not None)
   ft_dir = os.path.join(workdir, 'glue', variant)
   os.makedirs(ft_dir, exist_ok=True)
   finetune.validate(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
   axis_rules = sharding.rules(cfg)
   pretrained = finetune.open_pretrained(init_from)
-  target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
-  encoder_params, step = finetune.restore_encoder_params(init_from, target)
+  encoder_params, step = None, None  # None: TaskRun initializes the encoder at random.
+  if arch is None:
+    target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+    encoder_params, step = finetune.restore_encoder_params(init_from, target)
   t0 = time.time()
   run = traced_task_run(finetune.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
                                           encoder_params, step, ft_dir)
@@ -311,6 +450,8 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
           'predictions': np.asarray(record['dev'][dev_split]['predictions']).tolist(),
           'labels': np.asarray(run.features[dev_split].labels).tolist(),
           'majority_baseline': run.majority_baseline(dev_split),
+          'majority_prediction': run.majority_prediction(),
+          'from_scratch': arch is not None,
           'num_train': len(run.train), 'num_train_total': run.num_train_total,
           'num_epochs': int(cfg.num_epochs), 'steps': record['steps'],
           'epoch_time_s': [e['time_s'] for e in record['epochs']],
@@ -337,9 +478,10 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
       run.last_params = params = None
 
 
-def run_glue(config, workdir: str, variants: list[str]) -> None:
-  for task in config.glue.tasks:
-    for variant in variants:
+def run_glue(config, workdir: str, variants: list[str], tasks: list[str]) -> None:
+  rows = variants + baselines_of(config, variants)
+  for task in tasks:
+    for variant in rows:
       run_glue_task(config, workdir, variant, task)
 
 
@@ -390,7 +532,8 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
   validation.study(config)
   validation.workdir(workdir)
   train_lib.preflight(pretrain_config(config, variants[0]))
-  for task in config.glue.tasks:
+  tasks, _ = resolve_glue_tasks(config)
+  for task in tasks:
     cfg = glue_config(config, pretrain_dir(workdir, variants[0]), task)
     for name in finetune.resolve_tasks(cfg):
       finetune.check_task_data(cfg, name)
@@ -404,10 +547,13 @@ def run_study(config, workdir: str, *, report_only: bool = False) -> str:
   if not report_only:
     preflight(config, workdir, variants)
     write_study_config(config, workdir)
+    tasks, skipped = resolve_glue_tasks(config)
+    for task, why in skipped:
+      logging.warning('study: skipping GLUE task %s: %s', task, why)
     t0 = time.time()
     run_pretraining(config, workdir, variants)
     logging.info('study: pretraining done (%.0fs)', time.time() - t0)
-    run_glue(config, workdir, variants)
+    run_glue(config, workdir, variants, tasks)
     run_squad(config, workdir, variants)
     logging.info('study: all runs done (%.0fs)', time.time() - t0)
   path = study_report.write_report(config, workdir, variants)
