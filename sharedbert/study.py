@@ -8,16 +8,21 @@ Stages, in order (configs/study.py describes every key):
      same overrides; the first variant learns the vocabulary and every other variant
      reuses that file, so all see the same token ids, rows, masks and batch order.
   2. GLUE: sharedbert.finetune (its TaskRun, one per variant and task, and its run_seed)
-     with configs/glue.py plus `glue.override`, seeds 0..seeds-1.
+     with configs/glue.py plus `glue.override`, seeds 0..seeds-1, on `glue.tasks` (or, with
+     'auto', every task of the glue_data folder with a train.tsv and its dev file(s)).
+     Then each baseline of `baselines`: 'none' is the `standard` architecture (its
+     config.json and the shared vocabulary) fine-tuned from random weights, the same way.
   3. robustness (sharedbert.robustness) and cross-domain transfer (sharedbert.crossdomain)
      on each fine-tuned model, right after it is trained (fine-tuned weights are not kept).
   4. SQuAD (sharedbert.squad), when squad.versions is set.
-  5. W/report.md and W/*.png (sharedbert.study_report).
+  5. W/report.md, W/summary.json and W/*.png (sharedbert.study_report), with the verdict
+     of every variant against `standard` and what pretraining buys.
 
 Workdir layout:
   config.json                                the study config
   pretrain/<variant>/                        a sharedbert.train workdir; study_done.json when finished
   glue/<variant>/<task>/seed_<s>/            sharedbert.finetune's per-seed files (metrics.json, dev predictions)
+  glue/none/, runs/none/                     the same for the `none` baseline (no pretrain/none)
   runs/<variant>/<task>/seed_<s>.json        one fine-tuned model: GLUE dev record, robustness,
                                              cross-domain, timings (its presence = finished)
   squad/<variant>/v<version>/seed_<s>.json   SQuAD results
