@@ -34,6 +34,7 @@ seeds. The GLUE average's interval resamples every task's dev set independently.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -508,6 +509,18 @@ class TaskRun:
     self.predict_fn = jax.jit(functools.partial(predict_step, model=model),
                               in_shardings=(self.state_shardings.params, batch_spec),
                               out_shardings=sharding.replicated(mesh))
+
+  def from_scratch(self, config, workdir: str) -> 'TaskRun':
+    """This run's data, model and compiled steps, with the encoder initialized at random
+    (a no-pretraining baseline of the same architecture): the same training examples,
+    batches and programs, nothing compiled again but the initialization. `config` differs
+    from this run's only in from_scratch=True; seeds go under `workdir`."""
+    if not config.from_scratch:
+      raise ValueError('TaskRun.from_scratch needs a config with from_scratch=True')
+    other = copy.copy(self)
+    other.config, other.workdir = config, workdir
+    other.encoder_params, other.pretrained_step = None, None
+    return other
 
   def predict(self, params, features: Features) -> np.ndarray:
     """Logits [n, num_labels] (float32) for every row of `features`.

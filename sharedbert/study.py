@@ -372,122 +372,153 @@ def _glue_source(config):
   return d.get('glue_dir', '') or None, d.get('tfds_data_dir', '') or None
 
 
+def rows_of(config, variant: str) -> list[str]:
+  """`variant`, then the baselines of its architecture (`none` after `standard`)."""
+  return [variant] + [b for b in baselines_of(config, list(config.variants))
+                      if BASELINES[b] == variant]
+
+
 def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
-  """Fine-tunes `variant` on `task` for every seed whose result file is missing."""
+  """Fine-tunes `variant` on `task` for every seed whose result file is missing, then each
+  baseline of its architecture from random weights, on the same TaskRun: the same
+  training examples and batches, and the same compiled steps."""
   seeds = list(range(int(config.seeds)))
-  todo = [s for s in seeds if not os.path.isfile(run_file(workdir, variant, task, s))]
-  if not todo:
-    logging.info('study: %s %s: all %d seeds finished', variant, task, len(seeds))
+  rows = rows_of(config, variant)
+  todo = {row: [s for s in seeds if not os.path.isfile(run_file(workdir, row, task, s))]
+          for row in rows}
+  if not any(todo.values()):
+    logging.info('study: %s %s: all %d seeds finished', '/'.join(rows), task, len(seeds))
     return
   import flax.linen as nn
   import jax
-  from sharedbert import crossdomain
   from sharedbert import finetune
-  from sharedbert import robustness
   from sharedbert import sharding
-  from sharedbert.metrics import glue as glue_metrics
 
-  # A baseline takes its architecture's config.json and vocabulary, not its weights.
-  arch = BASELINES.get(variant)
-  init_from = pretrain_dir(workdir, arch or variant)
-  cfg = glue_config(config, init_from, task, from_scratch=arch is not None)
-  ft_dir = os.path.join(workdir, 'glue', variant)
-  os.makedirs(ft_dir, exist_ok=True)
+  init_from = pretrain_dir(workdir, variant)
+  cfg = glue_config(config, init_from, task)
   finetune.validate(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
   axis_rules = sharding.rules(cfg)
   pretrained = finetune.open_pretrained(init_from)
-  encoder_params, step = None, None  # None: TaskRun initializes the encoder at random.
-  if arch is None:
-    target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
-    encoder_params, step = finetune.restore_encoder_params(init_from, target)
+  target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+  encoder_params, step = finetune.restore_encoder_params(init_from, target)
   t0 = time.time()
   run = traced_task_run(finetune.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
-                                          encoder_params, step, ft_dir)
+                                          encoder_params, step, _glue_dir(workdir, variant))
   setup_s = time.time() - t0
+  evaluators = _evaluators(config, run, task)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    for row in rows:
+      if not todo[row]:
+        continue
+      row_run = run
+      if row != variant:
+        # A baseline: this architecture and vocabulary, random weights; nothing else changes.
+        row_run = run.from_scratch(glue_config(config, init_from, task, from_scratch=True),
+                                   _glue_dir(workdir, row))
+      for i, seed in enumerate(todo[row]):
+        result = _run_seed(row_run, seed, len(todo[row]) - i - 1, evaluators)
+        result.update(variant=row, task=task, setup_s=round(setup_s, 2))
+        write_json(run_file(workdir, row, task, seed), result)
+        logging.info('study: %s %s seed %d: dev score %.4f%s', row, task, seed,
+                     result['score'], ''.join(f'; {k} {v["score"]:.4f}'
+                                              for k, v in result['crossdomain'].items()))
+
+
+def _glue_dir(workdir: str, row: str) -> str:
+  path = os.path.join(workdir, 'glue', row)
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def _evaluators(config, run, task: str) -> dict:
+  """What each fine-tuned model of `run` is scored on besides GLUE: the noisy dev set
+  (robustness.tasks) and the cross-domain targets whose source is `task`."""
+  from sharedbert import crossdomain
+  from sharedbert import finetune
+  from sharedbert import robustness
+  from sharedbert.metrics import glue as glue_metrics
   spec = run.spec
-  dev_split = spec.dev_splits[0]
-
+  out = {'robustness': None, 'transfers': []}
   rob = config.robustness
-  do_robustness = task in tuple(rob.tasks)
-  if do_robustness:
-    noisy_predict = robustness.make_noisy_predict(run.model)
-    feats = run.features[dev_split]
-    noise_batches = robustness.make_batches(feats.input_ids, feats.segment_ids,
-                                            int(rob.eval_batch_size))
-    dev_labels = feats.labels
+  if task in tuple(rob.tasks):
+    dev = run.features[spec.dev_splits[0]]
 
-    def task_score(logits):
+    def task_score(logits, labels=dev.labels):
       preds = logits[:, 0] if spec.is_regression else np.argmax(logits, axis=-1)
-      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, dev_labels))
+      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, labels))
 
-  transfers = []
+    out['robustness'] = dict(
+        noisy_predict=robustness.make_noisy_predict(run.model),
+        batches=robustness.make_batches(dev.input_ids, dev.segment_ids,
+                                        int(rob.eval_batch_size)),
+        task_score=task_score, levels=list(rob.levels),
+        noise_seeds=list(range(int(rob.noise_seeds))))
   glue_dir, tfds_dir = _glue_source(config)
+  seq_len = run.config.data.seq_len
   for t in _transfers_from(config, task):
     examples = crossdomain.load_target_examples(
         t, glue_dir=glue_dir, tfds_data_dir=config.crossdomain.tfds_data_dir or tfds_dir,
         max_examples=int(config.crossdomain.max_target_examples))
     # Tokenized as the source task's inputs; the labels are read from the examples.
-    tf_feats = finetune.featurize(examples, pretrained.tokenizer, cfg.data.seq_len, spec)
-    tf_feats = tf_feats.crop(min(cfg.data.seq_len, -(-int(tf_feats.lengths.max()) // 8) * 8))
+    feats = finetune.featurize(examples, run.pretrained.tokenizer, seq_len, spec)
+    feats = feats.crop(min(seq_len, -(-int(feats.lengths.max()) // 8) * 8))
     labels = np.asarray([ex.label for ex in examples], np.float64)
-    transfers.append((t, tf_feats, labels))
+    out['transfers'].append((t, feats, labels))
+  out['threshold'] = float(config.crossdomain.stsb_threshold)
+  return out
 
-  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
-    for i, seed in enumerate(todo):
-      # A missing result file means this seed's weights are gone: fine-tune it again.
-      seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
-      if os.path.isfile(seed_metrics):
-        os.remove(seed_metrics)
-      run.last_params = None
-      t_seed = time.time()
-      record = run.run_seed(seed, seeds_left=len(todo) - i - 1, is_chief=True)
-      finetune_s = time.time() - t_seed
-      params = run.last_params
-      if params is None:
-        raise RuntimeError('finetune.TaskRun.run_seed did not evaluate the dev set')
-      result = {
-          'variant': variant, 'task': task, 'seed': seed,
-          'dev_split': dev_split,
-          'score': record['dev'][dev_split]['score'],
-          'metrics': record['dev'][dev_split]['metrics'],
-          'score_ci': record['dev'][dev_split]['score_ci'],
-          'predictions': np.asarray(record['dev'][dev_split]['predictions']).tolist(),
-          'labels': np.asarray(run.features[dev_split].labels).tolist(),
-          'majority_baseline': run.majority_baseline(dev_split),
-          'majority_prediction': run.majority_prediction(),
-          'from_scratch': arch is not None,
-          'num_train': len(run.train), 'num_train_total': run.num_train_total,
-          'num_epochs': int(cfg.num_epochs), 'steps': record['steps'],
-          'epoch_time_s': [e['time_s'] for e in record['epochs']],
-          'finetune_wall_s': round(finetune_s, 2), 'setup_s': round(setup_s, 2),
-          'pretrained_step': step,
-      }
-      if do_robustness:
-        t_rob = time.time()
-        result['robustness'] = robustness.evaluate(
-            noisy_predict, params, noise_batches, task_score, list(rob.levels),
-            list(range(int(rob.noise_seeds))))
-        result['robustness']['wall_s'] = round(time.time() - t_rob, 2)
-      result['crossdomain'] = {}
-      threshold = float(config.crossdomain.stsb_threshold)
-      for t, tf_feats, labels in transfers:
-        outputs = run.predict(params, tf_feats)
-        entry = crossdomain.score(t, outputs, labels, threshold)
-        entry['mapping'] = crossdomain.describe(t, threshold)
-        result['crossdomain'][t.name] = entry
-      write_json(run_file(workdir, variant, task, seed), result)
-      logging.info('study: %s %s seed %d: dev score %.4f%s', variant, task, seed,
-                   result['score'],
-                   ''.join(f'; {k} {v["score"]:.4f}' for k, v in result['crossdomain'].items()))
-      run.last_params = params = None
+
+def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
+  """Fine-tunes one seed and scores the final weights: the study's result record."""
+  from sharedbert import crossdomain
+  from sharedbert import finetune
+  from sharedbert import robustness
+  # A missing result file means this seed's weights are gone: fine-tune it again.
+  seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
+  if os.path.isfile(seed_metrics):
+    os.remove(seed_metrics)
+  run.last_params = None
+  t_seed = time.time()
+  record = run.run_seed(seed, seeds_left=seeds_left, is_chief=True)
+  finetune_s = time.time() - t_seed
+  params, run.last_params = run.last_params, None
+  if params is None:
+    raise RuntimeError('finetune.TaskRun.run_seed did not evaluate the dev set')
+  dev_split = run.spec.dev_splits[0]
+  dev = record['dev'][dev_split]
+  result = {
+      'seed': seed, 'dev_split': dev_split, 'score': dev['score'], 'metrics': dev['metrics'],
+      'score_ci': dev['score_ci'], 'predictions': np.asarray(dev['predictions']).tolist(),
+      'labels': np.asarray(run.features[dev_split].labels).tolist(),
+      'majority_baseline': run.majority_baseline(dev_split),
+      'majority_prediction': run.majority_prediction(),
+      'from_scratch': bool(run.config.from_scratch),
+      'num_train': len(run.train), 'num_train_total': run.num_train_total,
+      'num_epochs': int(run.config.num_epochs), 'steps': record['steps'],
+      'epoch_time_s': [e['time_s'] for e in record['epochs']],
+      'finetune_wall_s': round(finetune_s, 2), 'pretrained_step': run.pretrained_step,
+  }
+  rob = evaluators['robustness']
+  if rob:
+    t_rob = time.time()
+    result['robustness'] = robustness.evaluate(rob['noisy_predict'], params, rob['batches'],
+                                               rob['task_score'], rob['levels'],
+                                               rob['noise_seeds'])
+    result['robustness']['wall_s'] = round(time.time() - t_rob, 2)
+  result['crossdomain'] = {}
+  threshold = evaluators['threshold']
+  for t, feats, labels in evaluators['transfers']:
+    entry = crossdomain.score(t, run.predict(params, feats), labels, threshold)
+    entry['mapping'] = crossdomain.describe(t, threshold)
+    result['crossdomain'][t.name] = entry
+  return result
 
 
 def run_glue(config, workdir: str, variants: list[str], tasks: list[str]) -> None:
-  rows = variants + baselines_of(config, variants)
   for task in tasks:
-    for variant in rows:
-      run_glue_task(config, workdir, variant, task)
+    for variant in variants:
+      run_glue_task(config, workdir, variant, task)  # And the baselines of its architecture.
 
 
 # ---------------------------------------------------------------------------------------

@@ -566,7 +566,7 @@ def build_report(config, workdir: str, variants) -> tuple[str, dict]:
     lines += ['', '![pretraining and held-out MLM loss](pretraining.png)']
   lines.append('')
   if cols:
-    plot_glue(table, variants, tasks, os.path.join(workdir, 'glue.png'))
+    plot_glue(table, rows, tasks, os.path.join(workdir, 'glue.png'))
     lines += ['![GLUE dev scores with 95% intervals](glue.png)', '']
 
   # Robustness.
@@ -803,8 +803,9 @@ def _header(config, workdir, variants, baselines, tasks, skipped, skipped_pairs)
   absent = [t for t in glue.TASKS if t not in tasks and t not in skipped_names]
   if absent:
     why = ('not in the GLUE data' if auto else 'not listed in glue.tasks')
-    notes.append(f'GLUE tasks not run: {", ".join(_title(t) for t in absent)} ({why}); the '
-                 'average below is over the tasks that were run, not GLUE\'s nine.')
+    notes.append(f'GLUE tasks not run: {", ".join(_title(t) for t in absent)} ({why})'
+                 + ('; the average below is over the tasks that were run, not GLUE\'s nine.'
+                    if any(t not in AVERAGE_EXCLUDES for t in absent) else '.'))
   listed = [crossdomain.get_transfer(n).name for n in config.crossdomain.pairs]
   notes += [f'Cross-domain pair not run: {n}: {why}.' for n, why in skipped_pairs]
   not_listed = [n for n in crossdomain.TRANSFERS if n not in listed]

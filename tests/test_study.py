@@ -324,20 +324,23 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
     study.run_study(config, workdir)
   monkeypatch.setattr(study, 'run_glue_task', original)
 
-  # What each fine-tuning starts from: the none baseline gets no pretrained encoder.
+  # What each fine-tuned model starts from: its encoder's weights before the first step.
+  import jax
+  from sharedbert import finetune
   starts = {}
-  traced = study.traced_task_run
-  def spying(base_cls):
-    class Spy(traced(base_cls)):
-      def __init__(self, cfg, task, pretrained, mesh, rules, encoder_params, step, ft_dir):
-        starts[(os.path.basename(ft_dir), task)] = (encoder_params is None, cfg.from_scratch,
-                                                     pretrained.workdir)
-        super().__init__(cfg, task, pretrained, mesh, rules, encoder_params, step, ft_dir)
-    return Spy
-  monkeypatch.setattr(study, 'traced_task_run', spying)
+  run_seed = finetune.TaskRun.run_seed
+  def spying(self, seed, **kw):
+    bert = self.init_state(jax.random.key(seed), self.encoder_params).params['bert']
+    starts[(os.path.basename(self.workdir), self.spec.name, seed)] = dict(
+        leaves=[np.asarray(x) for x in jax.tree.leaves(bert)],
+        from_scratch=self.config.from_scratch, encoder_given=self.encoder_params is not None,
+        pretrained_leaves=(None if self.encoder_params is None else
+                           [np.asarray(x) for x in jax.tree.leaves(self.encoder_params)]))
+    return run_seed(self, seed, **kw)
+  monkeypatch.setattr(finetune.TaskRun, 'run_seed', spying)
   finished = sorted(str(p) for p in (tmp_path / 'study' / 'runs').rglob('seed_*.json'))
-  # standard on mrpc, 2 seeds.
-  assert len(finished) == 2
+  # standard on mrpc, 2 seeds, then its none baseline.
+  assert len(finished) == 4 and sum('/none/mrpc/' in p for p in finished) == 2
   mtimes = {p: os.path.getmtime(p) for p in finished}
   pretrain_done = {v: os.path.getmtime(os.path.join(study.pretrain_dir(workdir, v),
                                                     study.DONE_FILE))
@@ -361,9 +364,17 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   for v in rows:
     for t in tasks:
       assert [r['seed'] for r in runs[v][t]] == [0, 1]
-  standard_dir = study.pretrain_dir(workdir, 'standard')
-  assert starts[('none', 'stsb')] == (True, True, standard_dir)
-  assert starts[('shared', 'stsb')] == (False, False, study.pretrain_dir(workdir, 'shared'))
+  # The none baseline starts from random weights; standard from its pretrained encoder.
+  for seed in (0, 1):
+    none, std = starts[('none', 'stsb', seed)], starts[('standard', 'stsb', seed)]
+    assert none['from_scratch'] and not none['encoder_given']
+    assert not std['from_scratch'] and std['encoder_given']
+    for a, b in zip(std['leaves'], std['pretrained_leaves']):
+      np.testing.assert_array_equal(a, b)
+    assert len(none['leaves']) == len(std['leaves'])
+    assert all(a.shape == b.shape for a, b in zip(none['leaves'], std['leaves']))
+    assert any(a.std() > 0 and not np.allclose(a, b)
+               for a, b in zip(none['leaves'], std['leaves']))
   for t in tasks:
     assert runs['none'][t][0]['from_scratch'] and runs['none'][t][0]['pretrained_step'] is None
     assert runs['standard'][t][0]['pretrained_step'] == 6
