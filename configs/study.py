@@ -4,18 +4,29 @@ r"""The controlled comparison of attention variants (sharedbert/study.py).
   python -m sharedbert.study --config=configs/study.py:gpu --workdir=W --config.seeds=5
 
 Every variant in `variants` is pretrained under one recipe (the same vocabulary, data
-order, steps and seed: `pretrain`), then fine-tuned on `glue.tasks` with `seeds`
+order, steps and seed: `pretrain`), then fine-tuned on `glue.tasks` ('auto', or names
+comma-separated: 'cola,sst2') with `seeds`
 fine-tuning seeds (configs/glue.py with the overrides in `glue`), evaluated under
 embedding noise (`robustness`) and across domains (`crossdomain`), and on SQuAD when
 `squad.versions` is set. W/report.md gathers everything. Running the same command again
 resumes: finished runs are skipped.
 
+Every preset adds the `none` baseline (`baselines`): the `standard` architecture and
+vocabulary fine-tuned from random weights under the same GLUE recipe, seeds and data, so
+the report shows what pretraining buys. The report's verdict calls each variant better,
+worse, equivalent within +-`equivalence_margin` points (a two one-sided test) or
+undecided against `standard`.
+
 Presets (the word after the colon; `data=DIR` points at a folder with corpus/ and glue/):
-  cpu  tiny models (L=2, D=64, vocabulary 2048) on a local corpus and glue_data, 3,000
-       pretraining steps (about 0.09 s each on 2 idle cores), at most 2,000 training
-       examples per task (glue.override.data.max_train_examples), 3 epochs at lr 1e-3.
-       No SQuAD, and only the cross-domain pairs the local GLUE tasks allow (MRPC <->
-       STS-B).
+  cpu  tiny models (L=2, D=64, vocabulary 2048) under the budget recipe
+       (pretrain.arg 'size=tiny,recipe=budget') on a local corpus and glue_data, 3,000
+       pretraining steps, at most 2,000 training examples per task
+       (glue.override.data.max_train_examples), 3 epochs at lr 1e-3. Its sizing (model,
+       steps, batch, examples, epochs, seeds) is one block of get_config. GLUE tasks:
+       glue.tasks='auto', every task folder of DIR/glue with a train.tsv and its dev
+       file(s); a folder without them is skipped and the report says why ("RTE: no
+       train.tsv"). Cross-domain: the GLUE-to-GLUE pairs whose source ran and whose
+       target's dev file exists (MRPC <-> STS-B on the local data). No SQuAD.
   gpu  one GPU: L=4, D=256 models, 20k pretraining steps on a local corpus (or
        corpus=tfds:...), full GLUE training sets from tfds, SQuAD v1.1 and v2.0 from
        tfds, the full cross-domain matrix.
@@ -44,21 +55,28 @@ def get_config(arg=None):
   config.preset = preset
   config.variants = ('standard', 'shared', 'symmetric', 'pairwise')
   config.seeds = 3                    # Fine-tuning seeds per task: 0, 1, ..., seeds-1.
+  # Rows fine-tuned without pretraining: 'none' is `standard` from random weights (needs
+  # 'standard' in variants). () skips them.
+  config.baselines = ('none',)
   config.confidence = 0.95
   config.bootstrap_resamples = 1000
+  # The verdict's margin, in points (x100): "equivalent" when the (2*confidence-1)
+  # intervals of the difference (both one-sided tests at 1-confidence) lie inside +-this.
+  config.equivalence_margin = 1.0
 
   # Pretraining: configs/<variant>_base.py:<arg>, then these overrides (any key of the
   # pretraining config; the same for every variant). One vocabulary, learned once.
   config.pretrain = ml_collections.ConfigDict()
-  # BERT's recipe, as in the reference run in docs/study_cpu (the budget recipe of
-  # docs/recipe.md is one argument away: 'size=tiny,recipe=budget').
-  config.pretrain.arg = 'size=tiny,recipe=bert'
+  # 'size=...,recipe=bert|budget' (sharedbert/config.py); each preset sets its own.
+  config.pretrain.arg = 'size=tiny,recipe=budget'
   config.pretrain.override = ml_collections.ConfigDict()
   config.pretrain.override.seed = 0
 
   # Fine-tuning: configs/glue.py, then these overrides; one run per (variant, task, seed).
   config.glue = ml_collections.ConfigDict()
-  config.glue.tasks = ('cola', 'sst2', 'mrpc', 'stsb')
+  # 'auto': every task of glue.override.data.glue_dir with train.tsv and its dev file(s);
+  # or names, comma-separated ('cola,sst2').
+  config.glue.tasks = 'auto'
   config.glue.override = ml_collections.ConfigDict()
   config.glue.override.data = ml_collections.ConfigDict()
 
@@ -99,44 +117,51 @@ def get_config(arg=None):
 
   data = args['data'].rstrip('/')
   if preset == 'cpu':
-    # Sized for 2 shared CPU cores: compilation dominates, so few, small programs.
     p = config.pretrain.override
+    g = config.glue.override
+    p.data = ml_collections.ConfigDict()
+    p.optim = ml_collections.ConfigDict()
+    p.ckpt = ml_collections.ConfigDict()
+    g.optim = ml_collections.ConfigDict()
+    g.eval = ml_collections.ConfigDict()
+    # ---- Sizing: every key that sets what the cpu study costs, in this one block. ----
+    # The budget recipe (sharedbert/config.py, docs/recipe/recipe.md): pre-LN, no dropout,
+    # peak lr 2e-3, Adam b2 0.98, 40% masking (every masked token scored: max_predictions
+    # is ceil(0.4 * seq_len)), init 0.7/sqrt(D) for the width set here.
+    config.pretrain.arg = 'size=tiny,recipe=budget'
     p.model = ml_collections.ConfigDict(dict(num_layers=2, hidden_size=64, num_heads=2,
                                              mlp_dim=256, vocab_size=2048))
-    p.data = ml_collections.ConfigDict()
-    p.data.corpus = args['corpus'] or f'{data}/corpus'
     p.data.batch_size = 32
     p.data.seq_len = 64
-    p.data.max_predictions = 10
-    p.data.vocab_train_sentences = 50_000
     # 150 steps (session 1) left every variant at the most-frequent-token floor; 3,000
     # steps (about 6M tokens, two passes over ../shared/data/corpus) get past it.
     p.total_steps = 3000
-    p.optim = ml_collections.ConfigDict()
-    p.optim.lr = 1e-3
     p.optim.warmup_steps = 150
-    p.log_every_steps = 100
     p.eval_every_steps = 500
-    p.eval_batches = 5
-    p.ckpt = ml_collections.ConfigDict()
     p.ckpt.every_steps = 500
-    p.ckpt.max_to_keep = 1
-    g = config.glue.override
-    g.data.glue_dir = f'{data}/glue'
-    g.data.seq_len = 64
+    config.seeds = 3
     # lr 1e-4 on 1,000 examples for 2 epochs (session 1) left every model predicting the
     # majority label; tiny models from a short pretraining need a larger lr and more steps
     # (SST-2 with lr 1e-3, 4,000 examples, 3 epochs: 66.5% against a majority of 50.9%).
     g.data.max_train_examples = 2000
     g.num_epochs = 3
+    config.robustness.noise_seeds = 2  # Each noisy pass over a dev set costs; 2 seeds per level.
+    config.crossdomain.max_target_examples = 2000  # QQP's or MNLI's dev set, if present.
+    # ---- End of sizing. ----
+    p.data.corpus = args['corpus'] or f'{data}/corpus'
+    p.data.vocab_train_sentences = 50_000
+    p.log_every_steps = 100
+    p.eval_batches = 5
+    p.ckpt.max_to_keep = 1
+    g.data.glue_dir = f'{data}/glue'
+    g.data.seq_len = 64
     g.batch_size = 32
-    g.optim = ml_collections.ConfigDict()
     g.optim.lr = 1e-3
-    g.eval = ml_collections.ConfigDict()
     g.eval.predict_test = False
     g.eval.bootstrap_resamples = 200
     g.log_every_steps = 0
-    config.robustness.noise_seeds = 2  # Each noisy pass over a dev set costs; 2 seeds per level.
+    # The GLUE-to-GLUE pairs; those whose source or target data is absent are skipped.
+    config.crossdomain.pairs = tuple(p for p in CROSSDOMAIN_ALL if 'imdb' not in p)
   elif preset == 'gpu':
     config.pretrain.arg = 'size=small,recipe=bert'
     p = config.pretrain.override
@@ -145,7 +170,7 @@ def get_config(arg=None):
     p.total_steps = 20_000
     p.model = ml_collections.ConfigDict()
     p.model.dtype = 'bfloat16'
-    config.glue.tasks = GLUE_TASKS_ALL
+    config.glue.tasks = ','.join(GLUE_TASKS_ALL)
     g = config.glue.override
     g.num_epochs = 3
     g.batch_size = 32
@@ -161,7 +186,7 @@ def get_config(arg=None):
   else:  # pod: the papers' recipes, unchanged.
     config.pretrain.arg = f'size=base,corpus={args["corpus"]}' if args['corpus'] else 'size=base'
     config.seeds = 5
-    config.glue.tasks = GLUE_TASKS_ALL
+    config.glue.tasks = ','.join(GLUE_TASKS_ALL)
     config.glue.override.eval = ml_collections.ConfigDict()
     config.glue.override.eval.predict_test = False
     config.robustness.tasks = ('sst2', 'mrpc', 'rte', 'stsb', 'mnli')

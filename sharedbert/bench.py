@@ -31,7 +31,6 @@ import importlib.util
 import json
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ import numpy as np
 
 from sharedbert import config as config_lib
 from sharedbert import flops as flops_lib
+from sharedbert import paths
 from sharedbert import sharding
 from sharedbert import train
 from sharedbert.data.pretrain import InMemoryData, mask_rows, prefetch
@@ -774,7 +774,8 @@ def main(argv):
   hf_python = FLAGS.hf_python or default_hf_python()
   if hf_python.lower() == 'none':
     hf_python = ''
-  command = 'python -m sharedbert.bench ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
+  # Absolute paths (a venv's python) become relative: the JSON and BENCHMARKS.md are committed.
+  command = 'python -m sharedbert.bench ' + paths.display_command(sys.argv[1:])
   results = run_benchmarks(
       preset=FLAGS.preset, sizes=sizes, variants=benchmarkable_variants(pick('variants')),
       steps=pick('steps'), warmup=pick('warmup'), rounds=pick('rounds'), hf_python=hf_python,

@@ -34,6 +34,7 @@ seeds. The GLUE average's interval resamples every task's dev set independently.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -509,6 +510,18 @@ class TaskRun:
                               in_shardings=(self.state_shardings.params, batch_spec),
                               out_shardings=sharding.replicated(mesh))
 
+  def from_scratch(self, config, workdir: str) -> 'TaskRun':
+    """This run's data, model and compiled steps, with the encoder initialized at random
+    (a no-pretraining baseline of the same architecture): the same training examples,
+    batches and programs, nothing compiled again but the initialization. `config` differs
+    from this run's only in from_scratch=True; seeds go under `workdir`."""
+    if not config.from_scratch:
+      raise ValueError('TaskRun.from_scratch needs a config with from_scratch=True')
+    other = copy.copy(self)
+    other.config, other.workdir = config, workdir
+    other.encoder_params, other.pretrained_step = None, None
+    return other
+
   def predict(self, params, features: Features) -> np.ndarray:
     """Logits [n, num_labels] (float32) for every row of `features`.
 
@@ -687,13 +700,16 @@ class TaskRun:
     train_lib._sync(f'finetune_models_{self.spec.name}_{seed}')
     return classifier_manager(seed_dir, c)
 
-  def majority_baseline(self, split: str) -> float:
-    """The dev score of always predicting the most frequent train label (STS-B: the mean)."""
+  def majority_prediction(self):
+    """The most frequent train label (STS-B: the mean score)."""
     labels = self.train.labels
     if self.spec.is_regression:
-      constant = float(np.mean(labels))
-    else:
-      constant = int(np.bincount(labels, minlength=self.spec.num_labels).argmax())
+      return float(np.mean(labels))
+    return int(np.bincount(labels, minlength=self.spec.num_labels).argmax())
+
+  def majority_baseline(self, split: str) -> float:
+    """The dev score of always predicting the most frequent train label (STS-B: the mean)."""
+    constant = self.majority_prediction()
     dev = self.features[split].labels
     preds = np.full(dev.shape, constant, dev.dtype)
     return glue_metrics.task_score(self.spec, glue_metrics.task_metrics(self.spec, preds, dev))

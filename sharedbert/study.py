@@ -8,16 +8,21 @@ Stages, in order (configs/study.py describes every key):
      same overrides; the first variant learns the vocabulary and every other variant
      reuses that file, so all see the same token ids, rows, masks and batch order.
   2. GLUE: sharedbert.finetune (its TaskRun, one per variant and task, and its run_seed)
-     with configs/glue.py plus `glue.override`, seeds 0..seeds-1.
+     with configs/glue.py plus `glue.override`, seeds 0..seeds-1, on `glue.tasks` (or, with
+     'auto', every task of the glue_data folder with a train.tsv and its dev file(s)).
+     Then each baseline of `baselines`: 'none' is the `standard` architecture (its
+     config.json and the shared vocabulary) fine-tuned from random weights, the same way.
   3. robustness (sharedbert.robustness) and cross-domain transfer (sharedbert.crossdomain)
      on each fine-tuned model, right after it is trained (fine-tuned weights are not kept).
   4. SQuAD (sharedbert.squad), when squad.versions is set.
-  5. W/report.md and W/*.png (sharedbert.study_report).
+  5. W/report.md, W/summary.json and W/*.png (sharedbert.study_report), with the verdict
+     of every variant against `standard` and what pretraining buys.
 
 Workdir layout:
   config.json                                the study config
   pretrain/<variant>/                        a sharedbert.train workdir; study_done.json when finished
   glue/<variant>/<task>/seed_<s>/            sharedbert.finetune's per-seed files (metrics.json, dev predictions)
+  glue/none/, runs/none/                     the same for the `none` baseline (no pretrain/none)
   runs/<variant>/<task>/seed_<s>.json        one fine-tuned model: GLUE dev record, robustness,
                                              cross-domain, timings (its presence = finished)
   squad/<variant>/v<version>/seed_<s>.json   SQuAD results
@@ -114,14 +119,40 @@ def pretrain_config(config, variant: str):
   path = os.path.join(REPO_CONFIGS, f'{variant}_base.py')
   cfg = load_config_file(path, config.pretrain.arg or None)
   merge_overrides(cfg, config.pretrain.override, 'config.pretrain.override')
+  _rederive_recipe(cfg, config.pretrain.arg or None, config.pretrain.override)
   cfg.model.attention = variant
   return cfg
 
 
-def glue_config(config, init_from: str, task: str):
+def _has_leaf(override, dotted: str) -> bool:
+  node = override
+  for name in dotted.split('.'):
+    if not hasattr(node, 'keys') or name not in node:
+      return False
+    node = node[name]
+  return True
+
+
+def _rederive_recipe(cfg, arg, override) -> None:
+  """The recipe's values that depend on the model (the budget recipe's init scale on the
+  width) were computed for the preset's size; computed again for the overridden one,
+  unless the override sets them itself."""
+  from sharedbert import config as sb_config
+  args = sb_config.parse_arg(arg, {'size': 'base', 'corpus': '', 'recipe': ''})
+  recipe = args['recipe'] or ('bert' if args['size'] == 'base' else 'budget')
+  derived = {k: v(cfg) for k, v in sb_config.recipe_overrides(recipe).items()
+             if callable(v) and not _has_leaf(override, k)}
+  sb_config.apply_overrides(cfg, derived)
+
+
+def glue_config(config, init_from: str, task: str, *, from_scratch: bool = False):
   cfg = load_config_file(os.path.join(REPO_CONFIGS, 'glue.py'), None)
   merge_overrides(cfg, config.glue.override, 'config.glue.override')
+  if cfg.from_scratch:
+    raise UserError('glue.override.from_scratch must stay False: the no-pretraining row is '
+                    "config.baselines=('none',)")
   cfg.init_from = init_from
+  cfg.from_scratch = from_scratch
   cfg.task = task
   cfg.seeds = int(config.seeds)
   cfg.seed = 0
@@ -129,6 +160,117 @@ def glue_config(config, init_from: str, task: str):
     raise UserError('the study reports the last epoch; leave glue.override.eval.select_best_epoch '
                     'False (selecting on the dev set it reports is optimistic)')
   return cfg
+
+
+# ---------------------------------------------------------------------------------------
+# The plan: the tasks, baselines and transfers the study runs, and what it skips and why.
+
+# `none`: the `standard` architecture (its config.json and the study's vocabulary) fine-tuned
+# from a random initialization under the same GLUE recipe, seeds and data: what pretraining buys.
+BASELINES = {'none': 'standard'}
+
+
+def baselines_of(config, variants: list[str]) -> list[str]:
+  names = list(config.get('baselines', ()))
+  unknown = [b for b in names if b not in BASELINES]
+  if unknown:
+    raise UserError(f'config.baselines lists {unknown}; known: {", ".join(BASELINES)} '
+                    '(or () for none)')
+  for b in names:
+    if BASELINES[b] not in variants:
+      raise UserError(f"config.baselines={tuple(names)!r}: {b!r} fine-tunes the "
+                      f"{BASELINES[b]!r} architecture from random weights and needs "
+                      f"{BASELINES[b]!r} in config.variants; add it or set baselines=()")
+  return names
+
+
+def listed_glue_tasks(config):
+  """config.glue.tasks as task names; None for 'auto' (found in the glue_data folder)."""
+  from sharedbert.data import glue
+  value = config.glue.tasks
+  items = ([x.strip() for x in value.split(',')] if isinstance(value, str)
+           else [str(x).strip() for x in value])
+  items = [x for x in items if x]
+  if [x.lower() for x in items] == ['auto']:
+    return None
+  if not items:
+    raise UserError("config.glue.tasks is empty; name tasks ('cola,sst2') or 'auto'")
+  names = []
+  for item in items:
+    name = glue.get_task(item).name
+    if name not in glue.TASKS:
+      raise UserError(f'config.glue.tasks: {item!r} has no training set; choose from '
+                      f'{", ".join(glue.TASKS)} or auto')
+    if name not in names:
+      names.append(name)
+  return names
+
+
+def discover_glue_tasks(glue_dir: str) -> tuple[list[str], list[tuple[str, str]]]:
+  """The tasks of a glue_data folder with a train.tsv and every dev file (GLUE's order),
+  and (task, reason) for each task folder that lacks one."""
+  from sharedbert.data import glue
+  if not os.path.isdir(glue_dir):
+    raise UserError(f"glue.tasks='auto': glue.override.data.glue_dir={glue_dir} does not "
+                    'exist; point it at the glue_data folder (CoLA/, SST-2/, ...)')
+  tasks, skipped = [], []
+  for name, spec in glue.TASKS.items():
+    folder = os.path.join(glue_dir, spec.glue_dir_name)
+    if not os.path.isdir(folder):
+      continue
+    files = ['train.tsv'] + [glue.split_filename(spec, s) for s in spec.dev_splits]
+    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+      skipped.append((name, 'no ' + ', no '.join(missing)))
+    else:
+      tasks.append(name)
+  return tasks, skipped
+
+
+def resolve_glue_tasks(config) -> tuple[list[str], list[tuple[str, str]]]:
+  """(tasks to run, [(task, why it is skipped)]): the listed tasks, or with 'auto' every
+  task of the glue_data folder that can be trained and scored."""
+  listed = listed_glue_tasks(config)
+  if listed is not None:
+    return listed, []
+  glue_dir, _ = _glue_source(config)
+  if not glue_dir:
+    raise UserError("glue.tasks='auto' finds the tasks in glue.override.data.glue_dir, "
+                    "which is not set; set it, or list the tasks (glue.tasks='cola,sst2')")
+  tasks, skipped = discover_glue_tasks(glue_dir)
+  if not tasks:
+    found = '; '.join(f'{t}: {why}' for t, why in skipped) or 'no task folder'
+    raise UserError(f"glue.tasks='auto' found no task with a train.tsv and a dev.tsv in "
+                    f'glue.override.data.glue_dir={glue_dir} ({found})')
+  return tasks, skipped
+
+
+def _target_missing(config, transfer) -> str:
+  """Why a transfer's target data is not there ('' when it is, or when only tfds knows)."""
+  from sharedbert.data import glue
+  glue_dir, _ = _glue_source(config)
+  if transfer.target == 'imdb' or not glue_dir:
+    return ''
+  spec = glue.get_task(transfer.target)
+  name = glue.split_filename(spec, transfer.target_split)
+  if os.path.isfile(os.path.join(glue_dir, spec.glue_dir_name, name)):
+    return ''
+  return f'no {spec.glue_dir_name}/{name} in the GLUE data'
+
+
+def crossdomain_plan(config, tasks) -> tuple[list, list[tuple[str, str]]]:
+  """(transfers to run, [(pair, why it is skipped)]) for config.crossdomain.pairs."""
+  from sharedbert import crossdomain
+  run, skipped = [], []
+  for pair in config.crossdomain.pairs:
+    t = crossdomain.get_transfer(pair)
+    why = (f'its source {t.source} is not fine-tuned in this study' if t.source not in tasks
+           else _target_missing(config, t))
+    if why:
+      skipped.append((t.name, why))
+    else:
+      run.append(t)
+  return run, skipped
 
 
 # ---------------------------------------------------------------------------------------
@@ -222,9 +364,7 @@ def traced_task_run(base_cls):
 
 
 def _transfers_from(config, task: str):
-  from sharedbert import crossdomain
-  return [t for t in (crossdomain.get_transfer(p) for p in config.crossdomain.pairs)
-          if t.source == task]
+  return [t for t in crossdomain_plan(config, [task])[0] if t.source == task]
 
 
 def _glue_source(config):
@@ -232,25 +372,30 @@ def _glue_source(config):
   return d.get('glue_dir', '') or None, d.get('tfds_data_dir', '') or None
 
 
+def rows_of(config, variant: str) -> list[str]:
+  """`variant`, then the baselines of its architecture (`none` after `standard`)."""
+  return [variant] + [b for b in baselines_of(config, list(config.variants))
+                      if BASELINES[b] == variant]
+
+
 def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
-  """Fine-tunes `variant` on `task` for every seed whose result file is missing."""
+  """Fine-tunes `variant` on `task` for every seed whose result file is missing, then each
+  baseline of its architecture from random weights, on the same TaskRun: the same
+  training examples and batches, and the same compiled steps."""
   seeds = list(range(int(config.seeds)))
-  todo = [s for s in seeds if not os.path.isfile(run_file(workdir, variant, task, s))]
-  if not todo:
-    logging.info('study: %s %s: all %d seeds finished', variant, task, len(seeds))
+  rows = rows_of(config, variant)
+  todo = {row: [s for s in seeds if not os.path.isfile(run_file(workdir, row, task, s))]
+          for row in rows}
+  if not any(todo.values()):
+    logging.info('study: %s %s: all %d seeds finished', '/'.join(rows), task, len(seeds))
     return
   import flax.linen as nn
   import jax
-  from sharedbert import crossdomain
   from sharedbert import finetune
-  from sharedbert import robustness
   from sharedbert import sharding
-  from sharedbert.metrics import glue as glue_metrics
 
   init_from = pretrain_dir(workdir, variant)
   cfg = glue_config(config, init_from, task)
-  ft_dir = os.path.join(workdir, 'glue', variant)
-  os.makedirs(ft_dir, exist_ok=True)
   finetune.validate(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
   axis_rules = sharding.rules(cfg)
@@ -259,88 +404,121 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
   encoder_params, step = finetune.restore_encoder_params(init_from, target)
   t0 = time.time()
   run = traced_task_run(finetune.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
-                                          encoder_params, step, ft_dir)
+                                          encoder_params, step, _glue_dir(workdir, variant))
   setup_s = time.time() - t0
+  evaluators = _evaluators(config, run, task)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    for row in rows:
+      if not todo[row]:
+        continue
+      row_run = run
+      if row != variant:
+        # A baseline: this architecture and vocabulary, random weights; nothing else changes.
+        row_run = run.from_scratch(glue_config(config, init_from, task, from_scratch=True),
+                                   _glue_dir(workdir, row))
+      for i, seed in enumerate(todo[row]):
+        result = _run_seed(row_run, seed, len(todo[row]) - i - 1, evaluators)
+        result.update(variant=row, task=task, setup_s=round(setup_s, 2))
+        write_json(run_file(workdir, row, task, seed), result)
+        logging.info('study: %s %s seed %d: dev score %.4f%s', row, task, seed,
+                     result['score'], ''.join(f'; {k} {v["score"]:.4f}'
+                                              for k, v in result['crossdomain'].items()))
+
+
+def _glue_dir(workdir: str, row: str) -> str:
+  path = os.path.join(workdir, 'glue', row)
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def _evaluators(config, run, task: str) -> dict:
+  """What each fine-tuned model of `run` is scored on besides GLUE: the noisy dev set
+  (robustness.tasks) and the cross-domain targets whose source is `task`."""
+  from sharedbert import crossdomain
+  from sharedbert import finetune
+  from sharedbert import robustness
+  from sharedbert.metrics import glue as glue_metrics
   spec = run.spec
-  dev_split = spec.dev_splits[0]
-
+  out = {'robustness': None, 'transfers': []}
   rob = config.robustness
-  do_robustness = task in tuple(rob.tasks)
-  if do_robustness:
-    noisy_predict = robustness.make_noisy_predict(run.model)
-    feats = run.features[dev_split]
-    noise_batches = robustness.make_batches(feats.input_ids, feats.segment_ids,
-                                            int(rob.eval_batch_size))
-    dev_labels = feats.labels
+  if task in tuple(rob.tasks):
+    dev = run.features[spec.dev_splits[0]]
 
-    def task_score(logits):
+    def task_score(logits, labels=dev.labels):
       preds = logits[:, 0] if spec.is_regression else np.argmax(logits, axis=-1)
-      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, dev_labels))
+      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, labels))
 
-  transfers = []
+    out['robustness'] = dict(
+        noisy_predict=robustness.make_noisy_predict(run.model),
+        batches=robustness.make_batches(dev.input_ids, dev.segment_ids,
+                                        int(rob.eval_batch_size)),
+        task_score=task_score, levels=list(rob.levels),
+        noise_seeds=list(range(int(rob.noise_seeds))))
   glue_dir, tfds_dir = _glue_source(config)
+  seq_len = run.config.data.seq_len
   for t in _transfers_from(config, task):
     examples = crossdomain.load_target_examples(
         t, glue_dir=glue_dir, tfds_data_dir=config.crossdomain.tfds_data_dir or tfds_dir,
         max_examples=int(config.crossdomain.max_target_examples))
     # Tokenized as the source task's inputs; the labels are read from the examples.
-    tf_feats = finetune.featurize(examples, pretrained.tokenizer, cfg.data.seq_len, spec)
-    tf_feats = tf_feats.crop(min(cfg.data.seq_len, -(-int(tf_feats.lengths.max()) // 8) * 8))
+    feats = finetune.featurize(examples, run.pretrained.tokenizer, seq_len, spec)
+    feats = feats.crop(min(seq_len, -(-int(feats.lengths.max()) // 8) * 8))
     labels = np.asarray([ex.label for ex in examples], np.float64)
-    transfers.append((t, tf_feats, labels))
-
-  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
-    for i, seed in enumerate(todo):
-      # A missing result file means this seed's weights are gone: fine-tune it again.
-      seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
-      if os.path.isfile(seed_metrics):
-        os.remove(seed_metrics)
-      run.last_params = None
-      t_seed = time.time()
-      record = run.run_seed(seed, seeds_left=len(todo) - i - 1, is_chief=True)
-      finetune_s = time.time() - t_seed
-      params = run.last_params
-      if params is None:
-        raise RuntimeError('finetune.TaskRun.run_seed did not evaluate the dev set')
-      result = {
-          'variant': variant, 'task': task, 'seed': seed,
-          'dev_split': dev_split,
-          'score': record['dev'][dev_split]['score'],
-          'metrics': record['dev'][dev_split]['metrics'],
-          'score_ci': record['dev'][dev_split]['score_ci'],
-          'predictions': np.asarray(record['dev'][dev_split]['predictions']).tolist(),
-          'labels': np.asarray(run.features[dev_split].labels).tolist(),
-          'majority_baseline': run.majority_baseline(dev_split),
-          'num_train': len(run.train), 'num_train_total': run.num_train_total,
-          'num_epochs': int(cfg.num_epochs), 'steps': record['steps'],
-          'epoch_time_s': [e['time_s'] for e in record['epochs']],
-          'finetune_wall_s': round(finetune_s, 2), 'setup_s': round(setup_s, 2),
-          'pretrained_step': step,
-      }
-      if do_robustness:
-        t_rob = time.time()
-        result['robustness'] = robustness.evaluate(
-            noisy_predict, params, noise_batches, task_score, list(rob.levels),
-            list(range(int(rob.noise_seeds))))
-        result['robustness']['wall_s'] = round(time.time() - t_rob, 2)
-      result['crossdomain'] = {}
-      threshold = float(config.crossdomain.stsb_threshold)
-      for t, tf_feats, labels in transfers:
-        outputs = run.predict(params, tf_feats)
-        entry = crossdomain.score(t, outputs, labels, threshold)
-        entry['mapping'] = crossdomain.describe(t, threshold)
-        result['crossdomain'][t.name] = entry
-      write_json(run_file(workdir, variant, task, seed), result)
-      logging.info('study: %s %s seed %d: dev score %.4f%s', variant, task, seed,
-                   result['score'],
-                   ''.join(f'; {k} {v["score"]:.4f}' for k, v in result['crossdomain'].items()))
-      run.last_params = params = None
+    out['transfers'].append((t, feats, labels))
+  out['threshold'] = float(config.crossdomain.stsb_threshold)
+  return out
 
 
-def run_glue(config, workdir: str, variants: list[str]) -> None:
-  for task in config.glue.tasks:
+def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
+  """Fine-tunes one seed and scores the final weights: the study's result record."""
+  from sharedbert import crossdomain
+  from sharedbert import finetune
+  from sharedbert import robustness
+  # A missing result file means this seed's weights are gone: fine-tune it again.
+  seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
+  if os.path.isfile(seed_metrics):
+    os.remove(seed_metrics)
+  run.last_params = None
+  t_seed = time.time()
+  record = run.run_seed(seed, seeds_left=seeds_left, is_chief=True)
+  finetune_s = time.time() - t_seed
+  params, run.last_params = run.last_params, None
+  if params is None:
+    raise RuntimeError('finetune.TaskRun.run_seed did not evaluate the dev set')
+  dev_split = run.spec.dev_splits[0]
+  dev = record['dev'][dev_split]
+  result = {
+      'seed': seed, 'dev_split': dev_split, 'score': dev['score'], 'metrics': dev['metrics'],
+      'score_ci': dev['score_ci'], 'predictions': np.asarray(dev['predictions']).tolist(),
+      'labels': np.asarray(run.features[dev_split].labels).tolist(),
+      'majority_baseline': run.majority_baseline(dev_split),
+      'majority_prediction': run.majority_prediction(),
+      'from_scratch': bool(run.config.from_scratch),
+      'num_train': len(run.train), 'num_train_total': run.num_train_total,
+      'num_epochs': int(run.config.num_epochs), 'steps': record['steps'],
+      'epoch_time_s': [e['time_s'] for e in record['epochs']],
+      'finetune_wall_s': round(finetune_s, 2), 'pretrained_step': run.pretrained_step,
+  }
+  rob = evaluators['robustness']
+  if rob:
+    t_rob = time.time()
+    result['robustness'] = robustness.evaluate(rob['noisy_predict'], params, rob['batches'],
+                                               rob['task_score'], rob['levels'],
+                                               rob['noise_seeds'])
+    result['robustness']['wall_s'] = round(time.time() - t_rob, 2)
+  result['crossdomain'] = {}
+  threshold = evaluators['threshold']
+  for t, feats, labels in evaluators['transfers']:
+    entry = crossdomain.score(t, run.predict(params, feats), labels, threshold)
+    entry['mapping'] = crossdomain.describe(t, threshold)
+    result['crossdomain'][t.name] = entry
+  return result
+
+
+def run_glue(config, workdir: str, variants: list[str], tasks: list[str]) -> None:
+  for task in tasks:
     for variant in variants:
-      run_glue_task(config, workdir, variant, task)
+      run_glue_task(config, workdir, variant, task)  # And the baselines of its architecture.
 
 
 # ---------------------------------------------------------------------------------------
@@ -390,7 +568,8 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
   validation.study(config)
   validation.workdir(workdir)
   train_lib.preflight(pretrain_config(config, variants[0]))
-  for task in config.glue.tasks:
+  tasks, _ = resolve_glue_tasks(config)
+  for task in tasks:
     cfg = glue_config(config, pretrain_dir(workdir, variants[0]), task)
     for name in finetune.resolve_tasks(cfg):
       finetune.check_task_data(cfg, name)
@@ -404,10 +583,13 @@ def run_study(config, workdir: str, *, report_only: bool = False) -> str:
   if not report_only:
     preflight(config, workdir, variants)
     write_study_config(config, workdir)
+    tasks, skipped = resolve_glue_tasks(config)
+    for task, why in skipped:
+      logging.warning('study: skipping GLUE task %s: %s', task, why)
     t0 = time.time()
     run_pretraining(config, workdir, variants)
     logging.info('study: pretraining done (%.0fs)', time.time() - t0)
-    run_glue(config, workdir, variants)
+    run_glue(config, workdir, variants, tasks)
     run_squad(config, workdir, variants)
     logging.info('study: all runs done (%.0fs)', time.time() - t0)
   path = study_report.write_report(config, workdir, variants)

@@ -198,6 +198,7 @@ GLUE = {
 STUDY = {
     'seeds': POSITIVE,
     'confidence': FRACTION_OPEN,
+    'equivalence_margin': number(0, low_open=True),
     'bootstrap_resamples': POSITIVE,
     'robustness.noise_seeds': POSITIVE,
     'robustness.eval_batch_size': POSITIVE,
@@ -312,7 +313,10 @@ def study(config) -> None:
   variants = study_lib.variants_of(config)
   for variant in variants:
     pretrain(study_lib.pretrain_config(config, variant))
-  for task in config.glue.tasks:
+  study_lib.baselines_of(config, variants)
+  # None: 'auto', the tasks of the glue_data folder (found by the study's preflight).
+  tasks = study_lib.listed_glue_tasks(config) or ['all']
+  for task in tasks:
     # init_from is the study's own pretraining workdir, made by stage 1.
     glue(study_lib.glue_config(config, os.path.join('pretrain', variants[0]), task))
 

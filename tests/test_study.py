@@ -24,15 +24,19 @@ def _sentence(rng, n=None):
 
 
 def _write_fixture_data(root):
-  """A tiny corpus and glue_data folder (MRPC, STS-B) written by the test."""
+  """A tiny corpus and glue_data folder (MRPC, STS-B; RTE with a dev set only) written by
+  the test."""
   rng = random.Random(0)
   corpus = root / 'corpus'
   corpus.mkdir()
   (corpus / 'text.txt').write_text('\n\n'.join(
       ' '.join(_sentence(rng) for _ in range(6)) for _ in range(80)))
   glue_dir = root / 'glue'
-  for name in ('MRPC', 'STS-B'):
+  for name in ('MRPC', 'STS-B', 'RTE'):
     (glue_dir / name).mkdir(parents=True)
+  # RTE as in a download of the dev set only: the study skips it (no train.tsv).
+  (glue_dir / 'RTE' / 'dev.tsv').write_text(
+      'index\tsentence1\tsentence2\tlabel\n0\ta cat .\ta dog .\tnot_entailment\n')
   def pairs(n):
     out = []
     for i in range(n):
@@ -82,12 +86,10 @@ def _toy_config(corpus, glue_dir):
   g.batch_size = 8
   g.eval.batch_size = 16
   g.eval.bootstrap_resamples = 20
-  config.glue.tasks = ('mrpc', 'stsb')
   config.robustness.tasks = ('mrpc',)
   config.robustness.levels = (0.0, 0.3)
   config.robustness.noise_seeds = 2
   config.robustness.eval_batch_size = 16
-  config.crossdomain.pairs = ('mrpc->stsb', 'stsb->mrpc')
   return config
 
 
@@ -119,8 +121,17 @@ def test_study_presets_resolve():
      r'^num_epochs must be a positive integer, got 0$'),
     (lambda c: c.robustness.update(levels=(0.0, -0.1)),
      r'^robustness\.levels\[1\] must be a finite number >= 0, got -0\.1$'),
-    (lambda c: c.glue.update(tasks=('mrpc', 'cola')),
+    (lambda c: c.glue.update(tasks='mrpc,cola'),
      r'GLUE task directory missing: .*CoLA/train\.tsv not found'),
+    (lambda c: c.glue.update(tasks='rte'), r'RTE/train\.tsv not found'),
+    (lambda c: c.update(baselines=('nothing',)),
+     r"^config\.baselines lists \['nothing'\]; known: none"),
+    (lambda c: c.update(variants=('shared',)),
+     r"'none' fine-tunes the 'standard' architecture .* needs 'standard' in config\.variants"),
+    (lambda c: c.update(equivalence_margin=0.0),
+     r'^equivalence_margin must be a finite number > 0, got 0\.0$'),
+    (lambda c: c.glue.override.data.update(glue_dir=''),
+     r"glue\.tasks='auto' finds the tasks in glue\.override\.data\.glue_dir, which is not set"),
 ])
 def test_study_inputs_are_checked_before_anything_is_written(tmp_path, change, message):
   corpus, glue_dir = _write_fixture_data(tmp_path)
@@ -144,6 +155,155 @@ def test_paired_difference_and_t_interval():
   half = 4.302652729911275 * 0.01 / np.sqrt(3)
   assert d['t_ci'] == pytest.approx((0.1 - half, 0.1 + half))
   assert d['reliable']
+  # The equivalence test's intervals are the 90% ones: t(0.95, 2) = 2.92.
+  half90 = 2.919985580355516 * 0.01 / np.sqrt(3)
+  assert d['t_ci_tost'] == pytest.approx((0.1 - half90, 0.1 + half90))
+  assert d['boot_ci_tost'][0] >= d['boot_ci'][0] and d['boot_ci_tost'][1] <= d['boot_ci'][1]
+
+
+def _diff(boot, t, boot90=None, t90=None):
+  return {'boot_ci': boot, 't_ci': t, 'boot_ci_tost': boot90 or boot, 't_ci_tost': t90 or t}
+
+
+@pytest.mark.parametrize('d, expected', [
+    (_diff((0.001, 0.02), (0.002, 0.03)), 'better'),
+    (_diff((-0.02, -0.001), (-0.03, -0.002)), 'worse'),
+    # One interval excludes 0, the other does not: not better, and too wide to be equivalent.
+    (_diff((0.001, 0.02), (-0.01, 0.03)), 'undecided'),
+    # Both 90% intervals inside (-0.01, 0.01): equivalent, though the 95% ones reach out.
+    (_diff((-0.012, 0.011), (-0.02, 0.02), (-0.009, 0.008), (-0.0099, 0.0099)), 'equivalent'),
+    # The TOST edge: an interval that reaches the margin exactly is not inside it.
+    (_diff((-0.02, 0.02), (-0.02, 0.02), (-0.005, 0.005), (-0.01, 0.005)), 'undecided'),
+    (_diff((-0.02, 0.02), (-0.02, 0.02), (-0.005, 0.01), (-0.005, 0.005)), 'undecided'),
+    # Only the bootstrap interval is inside: both are required.
+    (_diff((-0.02, 0.02), (-0.05, 0.05), (-0.005, 0.005), (-0.03, 0.03)), 'undecided'),
+    # A small but reliable difference is called better even inside the margin.
+    (_diff((0.001, 0.004), (0.001, 0.005)), 'better'),
+    # One seed: no t interval, no call.
+    (_diff((0.001, 0.02), (float('nan'), float('nan'))), 'undecided'),
+])
+def test_verdict(d, expected):
+  assert study_report.verdict(d, 0.01) == expected
+
+
+def test_verdict_text_and_headline():
+  assert study_report.verdict_text('equivalent', 0.01) == 'equivalent within ±1 point'
+  assert study_report.verdict_text('equivalent', 0.005) == 'equivalent within ±0.5 points'
+  better = _diff((0.1, 0.2), (0.1, 0.3))
+  flat = _diff((-0.1, 0.2), (-0.1, 0.3))
+  gains = {'cola': {'majority': better, 'none': better},
+           'sst2': {'majority': better, 'none': flat},
+           'wnli': {'majority': flat, 'none': flat},
+           '_average': {'majority': better, 'none': better}}
+  verdicts = {'shared': {'cola': 'equivalent', 'sst2': 'undecided', 'wnli': 'worse',
+                         '_average': 'equivalent'},
+              'pairwise': {'cola': 'worse', 'sst2': 'worse', '_average': 'worse'}}
+  (text, _) = study_report.headline(verdicts, gains, 'standard', ['none'], 0.01,
+                                    ['cola', 'sst2'])
+  assert text == (
+      '**Verdict.** Against `standard` on the average over CoLA, SST-2: `shared` is '
+      'equivalent within ±1 point (per task: 1 equivalent, 1 undecided); `pairwise` is worse '
+      '(per task: 2 worse). Pretrained `standard` is reliably better than both the majority '
+      'class and the no-pretraining baseline `none` on 1 of 2 tasks (CoLA); than the '
+      'majority class on 2, than the no-pretraining baseline `none` on 1 (WNLI not counted, '
+      'as in the average).')
+
+
+def _fake_runs(task, labels, predictions):
+  from sharedbert.data import glue
+  from sharedbert.metrics import glue as glue_metrics
+  spec = glue.get_task(task)
+  major = int(np.bincount(labels).argmax())
+  major_score = glue_metrics.task_score(spec, glue_metrics.task_metrics(
+      spec, np.full(len(labels), major), np.asarray(labels)))
+  return [{'seed': s, 'labels': labels, 'predictions': p, 'majority_prediction': major,
+           'majority_baseline': major_score,
+           'score': glue_metrics.task_score(spec, glue_metrics.task_metrics(
+               spec, np.asarray(p), np.asarray(labels)))}
+          for s, p in enumerate(predictions)]
+
+
+def test_average_leaves_out_wnli_and_majority_shares_the_resamples():
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 2, 60).tolist()
+  labels[:40] = [1] * 40  # Majority: 1.
+  majority_like = [[1] * 60, [1] * 60]
+  noisy = [rng.integers(0, 2, 60).tolist() for _ in range(2)]
+  runs = {'standard': {'sst2': _fake_runs('sst2', labels, majority_like),
+                       'wnli': _fake_runs('wnli', labels, noisy)}}
+  table = study_report.glue_tables(runs, ['standard'], ['sst2', 'wnli'], 0.95, 200)
+  assert table['standard']['_average']['tasks'] == ['sst2']
+  assert table['standard']['_average']['mean'] == pytest.approx(table['standard']['sst2']['mean'])
+  gains, majority = study_report.pretraining_gains(
+      runs, table, 'standard', [], ['sst2', 'wnli', '_average'], 0.95, 200)
+  # Predicting the majority label on every example: exactly the majority class on every
+  # resample (the same resamples), so a zero difference with a zero-width interval.
+  d = gains['sst2']['majority']
+  assert d['diff'] == 0 and d['boot_ci'] == (0, 0) and not study_report.reliably_better(d)
+  assert majority['_average']['mean'] == pytest.approx(majority['sst2']['mean'])
+  assert set(gains) == {'sst2', 'wnli', '_average'}
+
+
+def _glue_task_files(root, task_files):
+  for folder, files in task_files.items():
+    (root / folder).mkdir(parents=True)
+    for name in files:
+      (root / folder / name).write_text('x\n')
+
+
+def test_glue_task_discovery_skips_tasks_without_train_or_dev(tmp_path):
+  _glue_task_files(tmp_path, {
+      'CoLA': ['train.tsv', 'dev.tsv', 'test.tsv'], 'RTE': ['dev.tsv'],
+      'QNLI': ['train.tsv'], 'MNLI': ['train.tsv', 'dev_matched.tsv'],
+      'WNLI': ['train.tsv', 'dev.tsv'], 'notes': ['readme.txt']})
+  tasks, skipped = study.discover_glue_tasks(str(tmp_path))
+  assert tasks == ['cola', 'wnli']
+  assert skipped == [('mnli', 'no dev_mismatched.tsv'), ('qnli', 'no dev.tsv'),
+                     ('rte', 'no train.tsv')]
+  config = _toy_config('corpus', str(tmp_path))
+  assert study.resolve_glue_tasks(config) == (tasks, skipped)
+  config.glue.tasks = 'SST-2, cola,sst2'  # Names, in any spelling: no discovery.
+  assert study.resolve_glue_tasks(config) == (['sst2', 'cola'], [])
+  # Only RTE's dev set: nothing to train.
+  only_dev = tmp_path / 'only_dev'
+  _glue_task_files(only_dev, {'RTE': ['dev.tsv']})
+  config = _toy_config('corpus', str(only_dev))
+  with pytest.raises(UserError, match=r"found no task with a train\.tsv and a dev\.tsv in "
+                     r".*only_dev \(rte: no train\.tsv\)"):
+    study.resolve_glue_tasks(config)
+  # Cross-domain pairs need their source fine-tuned and their target's dev file.
+  run, skipped_pairs = study.crossdomain_plan(config, ['mrpc'])
+  assert [t.name for t in run] == []
+  assert dict(skipped_pairs)['mrpc->qqp'] == 'no QQP/dev.tsv in the GLUE data'
+  assert dict(skipped_pairs)['mnli->rte'] == 'its source mnli is not fine-tuned in this study'
+
+
+def test_cpu_preset_budget_recipe_follows_the_width():
+  from sharedbert.params import load_config_file
+  config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), 'cpu')
+  assert config.pretrain.arg == 'size=tiny,recipe=budget' and config.glue.tasks == 'auto'
+  assert config.baselines == ('none',)
+  cfg = study.pretrain_config(config, 'standard')
+  assert cfg.model.hidden_size == 64 and cfg.model.pre_layer_norm
+  assert cfg.model.initializer_range == round(0.7 / 64 ** 0.5, 4)
+  assert cfg.data.mask_rate == 0.4 and cfg.optim.lr == 2e-3
+  config.pretrain.override.model.initializer_range = 0.05  # An explicit value wins.
+  assert study.pretrain_config(config, 'standard').model.initializer_range == 0.05
+
+
+def test_paths_are_never_absolute(tmp_path):
+  from sharedbert import paths
+  root, work = '/r/repo', '/w/study'
+  assert paths.display('/r/repo/docs/x', workdir=work, root=root) == 'docs/x'
+  assert paths.display('/r/shared/data', workdir=work, root=root) == '../shared/data'
+  assert paths.display('/w/study/data', workdir=work, root=root) == 'W/data'
+  assert paths.display('/w/data/corpus', workdir=work, root=root) == 'W/../data/corpus'
+  for given in ('../shared/data', 'demo', 'tfds:wikipedia/20230601.en', 'gs://b/x', ''):
+    assert paths.display(given, workdir=work, root=root) == given
+  venv = os.path.join(os.path.dirname(paths.REPO_ROOT), 'hfvenv', 'bin', 'python')
+  assert paths.display_command(['--hf_python=' + venv, '--out_json',
+                                os.path.join(paths.REPO_ROOT, 'bench', 'x.json')]) == (
+      '--hf_python=../hfvenv/bin/python --out_json bench/x.json')
 
 
 def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
@@ -163,9 +323,24 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   with pytest.raises(_Killed):
     study.run_study(config, workdir)
   monkeypatch.setattr(study, 'run_glue_task', original)
+
+  # What each fine-tuned model starts from: its encoder's weights before the first step.
+  import jax
+  from sharedbert import finetune
+  starts = {}
+  run_seed = finetune.TaskRun.run_seed
+  def spying(self, seed, **kw):
+    bert = self.init_state(jax.random.key(seed), self.encoder_params).params['bert']
+    starts[(os.path.basename(self.workdir), self.spec.name, seed)] = dict(
+        leaves=[np.asarray(x) for x in jax.tree.leaves(bert)],
+        from_scratch=self.config.from_scratch, encoder_given=self.encoder_params is not None,
+        pretrained_leaves=(None if self.encoder_params is None else
+                           [np.asarray(x) for x in jax.tree.leaves(self.encoder_params)]))
+    return run_seed(self, seed, **kw)
+  monkeypatch.setattr(finetune.TaskRun, 'run_seed', spying)
   finished = sorted(str(p) for p in (tmp_path / 'study' / 'runs').rglob('seed_*.json'))
-  # standard on mrpc, 2 seeds.
-  assert len(finished) == 2
+  # standard on mrpc, 2 seeds, then its none baseline.
+  assert len(finished) == 4 and sum('/none/mrpc/' in p for p in finished) == 2
   mtimes = {p: os.path.getmtime(p) for p in finished}
   pretrain_done = {v: os.path.getmtime(os.path.join(study.pretrain_dir(workdir, v),
                                                     study.DONE_FILE))
@@ -183,10 +358,31 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
             for v in config.variants]
   assert vocabs[0] == vocabs[1]
 
-  runs = study_report.load_runs(workdir, config.variants, config.glue.tasks)
-  for v in config.variants:
-    for t in config.glue.tasks:
+  tasks = ['mrpc', 'stsb']  # Found in the glue_data folder; RTE has no train.tsv.
+  rows = list(config.variants) + ['none']
+  runs = study_report.load_runs(workdir, rows, tasks)
+  for v in rows:
+    for t in tasks:
       assert [r['seed'] for r in runs[v][t]] == [0, 1]
+  # The none baseline starts from random weights; standard from its pretrained encoder.
+  for seed in (0, 1):
+    none, std = starts[('none', 'stsb', seed)], starts[('standard', 'stsb', seed)]
+    assert none['from_scratch'] and not none['encoder_given']
+    assert not std['from_scratch'] and std['encoder_given']
+    for a, b in zip(std['leaves'], std['pretrained_leaves']):
+      np.testing.assert_array_equal(a, b)
+    assert len(none['leaves']) == len(std['leaves'])
+    assert all(a.shape == b.shape for a, b in zip(none['leaves'], std['leaves']))
+    assert any(a.std() > 0 and not np.allclose(a, b)
+               for a, b in zip(none['leaves'], std['leaves']))
+  for t in tasks:
+    assert runs['none'][t][0]['from_scratch'] and runs['none'][t][0]['pretrained_step'] is None
+    assert runs['standard'][t][0]['pretrained_step'] == 6
+    assert not runs['standard'][t][0]['from_scratch']
+    # The same training examples, hence the same majority label.
+    assert (runs['none'][t][0]['majority_prediction'] ==
+            runs['standard'][t][0]['majority_prediction'])
+  assert not os.path.exists(study.pretrain_dir(workdir, 'none'))
   r = runs['shared']['mrpc'][1]
   # Robustness: level 0 with every noise seed is the clean dev score, exactly.
   assert r['robustness']['levels'] == [0.0, 0.3]
@@ -199,20 +395,39 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   assert e['n'] == 24 and set(e['metrics']) == {'f1', 'accuracy'}
 
   summary = json.load(open(os.path.join(workdir, 'summary.json')))
-  for v in config.variants:
-    for t in config.glue.tasks:
+  for v in rows:
+    for t in tasks:
       scores = [x['score'] for x in runs[v][t]]
       assert summary['glue'][v][t]['per_seed'] == pytest.approx(scores)
       assert summary['glue'][v][t]['mean'] == pytest.approx(np.mean(scores))
   assert summary['missing'] == []
   assert set(summary['paired_differences']['shared']) == {'mrpc', 'stsb', '_average'}
+  assert summary['skipped_tasks'] == {'rte': 'no train.tsv'}
+  assert set(summary['verdicts']['shared'].values()) <= set(study_report.VERDICTS)
+  assert set(summary['pretraining_gains']['_average']) == {'majority', 'none'}
+  assert summary['data'] == {'corpus': 'W/../corpus', 'glue_dir': 'W/../glue',
+                             'tfds_data_dir': ''}
 
   text = open(report_path).read()
   for needle in ('## Headline: GLUE dev scores', 'Paired differences against `standard`',
                  '## Robustness to embedding noise', '## Cross-domain transfer',
                  '## Training time', '## Parameters', 'SQuAD is not part of this preset',
-                 'STS-B predicted similarity >= 4'):
+                 'STS-B predicted similarity >= 4', '| none (no pretraining) |',
+                 '### Verdict against `standard`', 'δ = 1 point',
+                 'What pretraining buys: `standard` against the majority class and `none`',
+                 'GLUE task skipped: RTE: no train.tsv.',
+                 'Cross-domain pair not run: mrpc->qqp: no QQP/dev.tsv in the GLUE data.',
+                 'corpus `W/../corpus`'):
     assert needle in text, needle
+  assert text.splitlines()[2] == summary['headline']
+  assert summary['headline'].startswith('**Verdict.** Against `standard` on the average over '
+                                        'MRPC, STS-B: `shared` is ')
+  assert 'reliably better than both the majority class and the no-pretraining' in text
+  # No machine path in what a study commits.
+  for name in ('report.md', 'summary.json'):
+    content = open(os.path.join(workdir, name)).read()
+    for path in (str(tmp_path), os.getcwd(), os.path.dirname(study.REPO_CONFIGS), '/work/'):
+      assert path not in content, (name, path)
   for png in ('pretraining.png', 'glue.png', 'robustness.png', 'time.png'):
     assert os.path.getsize(os.path.join(workdir, png)) > 1000
 
