@@ -772,7 +772,8 @@ def _header(config, workdir, variants, baselines, tasks, skipped, skipped_pairs)
       f'Variants: {", ".join(f"`{v}`" for v in variants)}'
       + ''.join(f'; baseline `{b}` (no pretraining)' for b in baselines)
       + f'. Written by `python -m sharedbert.study` (configs/study.py:{config.preset}). Paths '
-      'are relative to the repository root; W/ is the study\'s workdir.', '',
+      'are as given when relative, else relative to the repository root or, as W/..., to '
+      'the study\'s workdir.', '',
       '**Recipe (identical for every variant).** '
       f'Pretraining (`{config.pretrain.arg}`): {m.num_layers} layers, width {m.hidden_size}, '
       f'{m.num_heads} heads, FFN {m.mlp_dim}, vocabulary {m.vocab_size} (one sentencepiece '

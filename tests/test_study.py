@@ -207,6 +207,9 @@ def test_verdict_text_and_headline():
       'class and the no-pretraining baseline `none` on 1 of 2 tasks (CoLA); than the '
       'majority class on 2, than the no-pretraining baseline `none` on 1 (WNLI not counted, '
       'as in the average).')
+  # Without baselines: the majority class alone.
+  assert study_report.gains_sentence({'cola': {'majority': better}}, 'standard', []) == (
+      'Pretrained `standard` is reliably better than the majority class on 1 of 1 task (CoLA).')
 
 
 def _fake_runs(task, labels, predictions):
