@@ -190,6 +190,8 @@ def main(argv):
     load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
     shown = [f'--{name}={FLAGS[name].value}' for name in ('out', 'seconds', 'preset', 'variant',
                                                         'corpus') if FLAGS[name].present]
+    if FLAGS['arms'].present:  # Quoted: arm names have spaces.
+      shown.append(f'"--arms={",".join(chosen)}"')
     command = ' '.join(['python -m sharedbert.recipe_ablation --workdir=W'] + shown)
     results = []
     for arm in chosen:

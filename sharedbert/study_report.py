@@ -61,7 +61,8 @@ def _read(path):
 
 t_interval = stats.t_interval  # Kept here too: the study's callers use this name.
 
-# Run and shown, but left out of the average and of the headline's counts (GLUE's convention,
+# Run and shown, but left out of the average and of the headline's counts (the GLUE score of
+# Courtois et al., DESIGN.md,
 # as sharedbert.metrics.glue.glue_average).
 AVERAGE_EXCLUDES = ('wnli',)
 
