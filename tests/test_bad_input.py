@@ -51,7 +51,7 @@ def listing(workdir: pathlib.Path):
      'unknown config key config.colour (in --config.colour=red); python -m sharedbert.main '
      '--config=configs/shared_base.py:tiny --helpfull lists the keys'),
     ('--config.total_steps=abc',
-     "--config.total_steps=abc: config.total_steps takes an int, e.g. 1000 (invalid literal "
+     "--config.total_steps=abc: config.total_steps takes an int, e.g. 1800 (invalid literal "
      "for int() with base 10: 'abc')"),
     ('--config.model.dropout_rate=high',
      "--config.model.dropout_rate=high: config.model.dropout_rate takes a float, e.g. 0.0 "

@@ -4,6 +4,7 @@ import json
 import os
 import random
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -287,10 +288,14 @@ def test_cpu_preset_budget_recipe_follows_the_width():
   assert config.pretrain.arg == 'size=tiny,recipe=budget' and config.glue.tasks == 'auto'
   assert config.baselines == ('none',)
   cfg = study.pretrain_config(config, 'standard')
-  assert cfg.model.hidden_size == 64 and cfg.model.pre_layer_norm
-  assert cfg.model.initializer_range == round(0.7 / 64 ** 0.5, 4)
+  assert cfg.model.hidden_size == 128 and cfg.model.pre_layer_norm and cfg.data.seq_len == 32
+  assert cfg.model.initializer_range == round(0.7 / 128 ** 0.5, 4)
   assert cfg.data.mask_rate == 0.4 and cfg.optim.lr == 2e-3
-  config.pretrain.override.model.initializer_range = 0.05  # An explicit value wins.
+  # A width set in the study's overrides gets the recipe's init for that width...
+  config.pretrain.override.model = ml_collections.ConfigDict(dict(hidden_size=64, num_heads=2,
+                                                                  mlp_dim=256))
+  assert study.pretrain_config(config, 'standard').model.initializer_range == round(0.7 / 8, 4)
+  config.pretrain.override.model.initializer_range = 0.05  # ...and an explicit value wins.
   assert study.pretrain_config(config, 'standard').model.initializer_range == 0.05
 
 
