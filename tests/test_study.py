@@ -413,8 +413,13 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   assert summary['skipped_tasks'] == {'rte': 'no train.tsv'}
   assert set(summary['verdicts']['shared'].values()) <= set(study_report.VERDICTS)
   assert set(summary['pretraining_gains']['_average']) == {'majority', 'none'}
-  assert summary['data'] == {'corpus': 'W/../corpus', 'glue_dir': 'W/../glue',
-                             'tfds_data_dir': ''}
+  # Shown relative to the workdir or the repository, whichever is nearer (so the exact form
+  # depends on where the test's tmp dir and the checkout are); never absolute.
+  from sharedbert import paths
+  shown = {'corpus': paths.display(str(corpus), workdir=workdir),
+           'glue_dir': paths.display(str(glue_dir), workdir=workdir)}
+  assert summary['data'] == {**shown, 'tfds_data_dir': ''}
+  assert not any(os.path.isabs(v) for v in shown.values())
 
   text = open(report_path).read()
   for needle in ('## Headline: GLUE dev scores', 'Paired differences against `standard`',
@@ -425,7 +430,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
                  'What pretraining buys: `standard` against the majority class and `none`',
                  'GLUE task skipped: RTE: no train.tsv.',
                  'Cross-domain pair not run: mrpc->qqp: no QQP/dev.tsv in the GLUE data.',
-                 'corpus `W/../corpus`'):
+                 f'corpus `{shown["corpus"]}`'):
     assert needle in text, needle
   assert text.splitlines()[2] == summary['headline']
   assert summary['headline'].startswith('**Verdict.** Against `standard` on the average over '
