@@ -115,7 +115,7 @@ BUDGET_RECIPE = {
     # Rows of 32 tokens instead of 128. At 128, small models sit for thousands of steps on a
     # bag-of-words plateau (attention spread over the whole row, position embeddings shrinking
     # towards zero); at 32 the same model leaves it within ~1,000 steps and uses its
-    # neighbours (docs/recipe/recipe.md). Fine-tuning sets its own length.
+    # neighbours (docs/recipe/exploration.md). Fine-tuning sets its own length.
     'rows of 32 tokens': {'data.seq_len': 32},
 }
 RECIPES = ('bert', 'budget')
@@ -219,7 +219,8 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   config.fill_mask_examples = ()
 
   if size == 'small':
-    # About 30 minutes on 2 CPU cores; meant for a corpus of a few MB or more.
+    # Sized for about 30 minutes on 2 CPU cores from an estimated step time (not yet timed);
+    # meant for a corpus of a few MB or more.
     config.data.corpus = args['corpus'] or 'demo'
     config.data.batch_size = 64
     config.optim.lr = 5e-4
