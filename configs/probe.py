@@ -65,7 +65,7 @@ def get_config(arg=None):
   config.model.initializer_range = 0.1
 
   # The budget, the same for every variant: AdamW with linear warmup and decay
-  # (sharedbert.train.make_optimizer).
+  # (sharedbert.optim.make_optimizer).
   config.total_steps = 800
   config.batch_size = 32
   config.eval_every_steps = 100     # Evaluation points for the curves; divides total_steps.

@@ -592,11 +592,11 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
   Everything is checked and written in a temporary directory first, then moved into
   HF_DIR file by file, so a refusal leaves HF_DIR as it was.
   """
-  from sharedbert import finetune
+  from sharedbert import classifiers
   from sharedbert.data import tokenizer as tokenizer_lib
   head = head_params = None
-  if finetune.is_classifier_dir(workdir):
-    head, all_params, step = finetune.read_classifier(workdir, step)
+  if classifiers.is_classifier_dir(workdir):
+    head, all_params, step = classifiers.read_classifier(workdir, step)
     model_cfg = ModelConfig.from_config(head['model'])
     params = {'bert': all_params['bert']}
     head_params = all_params['classifier']

@@ -119,9 +119,7 @@ def load_target_examples(transfer: Transfer, *, glue_dir: Optional[str],
   else:
     examples = glue.load_examples(transfer.target, transfer.target_split,
                                   glue_dir=glue_dir or None, tfds_data_dir=tfds_data_dir or None)
-    if max_examples and len(examples) > max_examples:
-      keep = np.sort(np.random.default_rng(0).permutation(len(examples))[:max_examples])
-      examples = [examples[i] for i in keep]
+    examples = _subset(examples, max_examples)
   if not examples or any(ex.label is None for ex in examples):
     raise UserError(f'cross-domain {transfer.name}: the target split {transfer.target_split} '
                     'is empty or unlabeled')
@@ -142,10 +140,12 @@ def read_imdb(split: str, tfds_data_dir: Optional[str], max_examples: int = 0) -
   for i, ex in enumerate(tfds.as_numpy(ds)):
     out.append(glue.Example(guid=i, text_a=ex['text'].decode('utf-8'), text_b=None,
                             label=int(ex['label'])))
-  if max_examples and len(out) > max_examples:
-    keep = np.sort(np.random.default_rng(0).permutation(len(out))[:max_examples])
-    out = [out[i] for i in keep]
-  return out
+  return _subset(out, max_examples)
+
+
+def _subset(examples, max_examples: int):
+  from sharedbert.tasks import engine  # jax: not for the study's plan, which imports this.
+  return engine.subset(examples, max_examples)
 
 
 def score(transfer: Transfer, source_outputs: np.ndarray, target_labels: np.ndarray,

@@ -6,7 +6,7 @@ Every variant in config.variants is trained from scratch on every task of
 sharedbert.probe_tasks (MQAR, a directed relation, induction, a majority control) with
 seeds 0..seeds-1, through the project's encoder and masked-LM head
 (sharedbert.models.bert.BertForPretraining: the prediction slots are its masked positions)
-and its optimizer (sharedbert.train.make_optimizer). Seed s fixes the model's
+and its optimizer (sharedbert.optim.make_optimizer). Seed s fixes the model's
 initialisation, the training batches and the evaluation set, so variants see the same
 data and their differences pair up seed by seed.
 
@@ -34,6 +34,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from sharedbert import jsonio
 from sharedbert import probe_tasks
 from sharedbert.errors import UserError, one_line_errors
 
@@ -236,19 +237,8 @@ def run_file(workdir: str, variant: str, task: str, seed: int) -> str:
   return os.path.join(workdir, 'runs', variant, task, f'seed_{seed}.json')
 
 
-def write_json(path: str, obj) -> None:
-  """Writes atomically: a reader (or a resume) never sees a half-written file."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    json.dump(obj, f, indent=1)
-    f.write('\n')
-  os.replace(tmp, path)
-
-
-def read_json(path: str):
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
+write_json = jsonio.write_json
+read_json = jsonio.read_json
 
 
 def _done(path: str, fingerprint: str) -> bool:

@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from sharedbert import jsonio
 from sharedbert import probe_tasks
 from sharedbert.metrics import stats
 
@@ -369,16 +370,12 @@ def _json_ready(summary: dict, config, timing: dict) -> dict:
 
 def write_report(config, workdir: str, runs: dict, timing: dict) -> str:
   """Writes report.md, summary.json, curves.png and final.png; returns report.md's path."""
-  from sharedbert.probe import write_json
   summary = summarize(config, runs)
   variants = [v for v in config.variants if v in summary['parameters']]
-  write_json(os.path.join(workdir, 'summary.json'), _json_ready(summary, config, timing))
+  jsonio.write_json(os.path.join(workdir, 'summary.json'), _json_ready(summary, config, timing))
   if variants:
     plot_curves(summary, variants, os.path.join(workdir, 'curves.png'))
     plot_final(summary, variants, os.path.join(workdir, 'final.png'))
   path = os.path.join(workdir, 'report.md')
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(render(config, summary, timing) + '\n')
-  os.replace(tmp, path)
+  jsonio.write_text(path, render(config, summary, timing) + '\n')
   return path

@@ -104,8 +104,8 @@ def restore(workdir: str, step: int | None = None, *,
       `jax.devices('cpu')[:1]` for one CPU.
   """
   workdir = os.fspath(workdir)
-  from sharedbert import finetune
-  if finetune.is_classifier_dir(workdir):
+  from sharedbert import classifiers
+  if classifiers.is_classifier_dir(workdir):
     return restore_classifier(workdir, step, mesh=mesh, devices=devices)
   config = read_config(workdir)
   model_cfg = ModelConfig.from_config(config.model)
@@ -142,11 +142,12 @@ def restore(workdir: str, step: int | None = None, *,
 def _restore_params(workdir, step, model, config, mesh, axis_rules):
   import orbax.checkpoint as ocp
   from etils import epath
-  from sharedbert import train
 
   d = config.data
+  z = jnp.zeros((1, d.seq_len), jnp.int32)
+  inputs = (z, z, jnp.ones_like(z), jnp.zeros((1, 2), jnp.int32))  # As train.init_params.
   with nn.logical_axis_rules(axis_rules):
-    boxed = jax.eval_shape(lambda r: train.init_params(model, r, d.seq_len),
+    boxed = jax.eval_shape(lambda r: model.init({'params': r}, *inputs)['params'],
                            jax.random.key(0))
     shardings = sharding.logical_shardings(boxed, mesh, axis_rules)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
@@ -303,9 +304,9 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
   `step` is the epoch; default: the best kept one if the run selected the best epoch,
   else the last.
   """
-  from sharedbert import finetune
+  from sharedbert import classifiers
   from sharedbert.models.bert import BertForSequenceClassification
-  with tf_gfile().GFile(os.path.join(seed_dir, finetune.CLASSIFIER_FILE)) as f:
+  with tf_gfile().GFile(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE)) as f:
     head = json.load(f)
   model_cfg = ModelConfig.from_config(head['model'])
   tokenizer = open_vocab(seed_dir, model_cfg)
@@ -317,7 +318,7 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
     boxed = jax.eval_shape(lambda r: model.init(r, z, z, jnp.ones_like(z))['params'],
                            jax.random.key(0))
     shardings = sharding.logical_shardings(boxed, target_mesh, axis_rules)
-  head, params, epoch = finetune.read_classifier(seed_dir, step, shardings=shardings)
+  head, params, epoch = classifiers.read_classifier(seed_dir, step, shardings=shardings)
   return RestoredClassifier(model=model, params=params, tokenizer=tokenizer, head=head,
                             mesh=target_mesh, step=epoch, axis_rules=axis_rules)
 

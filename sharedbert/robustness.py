@@ -65,20 +65,17 @@ def predict_with_noise(predict, params, batches: Sequence[dict], level: float,
   return np.concatenate(out).astype(np.float32)
 
 
-def make_batches(input_ids: np.ndarray, segment_ids: np.ndarray, batch_size: int,
-                 pad_id: int = 0) -> list[dict]:
-  """Fixed-size batches (the last padded with empty rows), so one shape is compiled."""
+def make_batches(input_ids: np.ndarray, segment_ids: np.ndarray, batch_size: int) -> list[dict]:
+  """Fixed-size batches in row order, the last padded with rows of weight 0
+  (engine.make_batch), so one shape is compiled; `rows`: how many are real."""
+  from sharedbert.tasks import engine
+  arrays = {'input_ids': input_ids, 'segment_ids': segment_ids}
   batches = []
-  n = len(input_ids)
-  for start in range(0, n, batch_size):
-    ids = np.full((batch_size, input_ids.shape[1]), pad_id, np.int32)
-    seg = np.zeros_like(ids)
-    rows = min(batch_size, n - start)
-    ids[:rows] = input_ids[start:start + rows]
-    seg[:rows] = segment_ids[start:start + rows]
-    mask = (ids != pad_id).astype(np.int32)
-    mask[rows:, 0] = 1  # Empty rows keep one visible token so that softmax stays finite.
-    batches.append({'input_ids': ids, 'segment_ids': seg, 'input_mask': mask, 'rows': rows})
+  for start in range(0, len(input_ids), batch_size):
+    idx = np.arange(start, min(start + batch_size, len(input_ids)))
+    batch = engine.make_batch(arrays, idx, batch_size)
+    batches.append({k: batch[k] for k in ('input_ids', 'segment_ids', 'input_mask')}
+                   | {'rows': len(idx)})
   return batches
 
 

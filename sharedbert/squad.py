@@ -161,12 +161,18 @@ def _file_name(version: str, split: str) -> str:
   return f'{"train" if split == "train" else "dev"}-v{version}.json'
 
 
+def _exists(path: str) -> bool:
+  import tensorflow as tf
+  return tf.io.gfile.exists(path)
+
+
 def read_json_file(path: str) -> list[SquadExample]:
   """Examples of an official SQuAD JSON file (v1.1 or v2.0)."""
+  import tensorflow as tf
   try:
-    with open(path, encoding='utf-8') as f:
+    with tf.io.gfile.GFile(path) as f:  # Local or remote (gs://).
       data = json.load(f)['data']
-  except (OSError, ValueError, KeyError) as e:
+  except (OSError, tf.errors.OpError, ValueError, KeyError) as e:
     raise UserError(f'cannot read the SQuAD file {path}: {e}') from None
   out = []
   for article in data:
@@ -209,7 +215,7 @@ def read_examples(version: str, split: str, *, data_dir: str = '',
     raise UserError(f'unknown SQuAD version {version!r}; use 1.1 or 2.0')
   if data_dir:
     path = os.path.join(data_dir, _file_name(version, split))
-    if not os.path.isfile(path):
+    if not _exists(path):
       raise UserError(f'{path} not found; squad.data_dir must hold the official '
                       f'{_file_name(version, "train")} and {_file_name(version, "validation")}')
     return read_json_file(path)
@@ -420,6 +426,17 @@ def _qa_model_class():
   return BertForQuestionAnswering
 
 
+def optimizer_config(squad_cfg):
+  """The optimizer section of a SQuAD config: its `optim`, or its lr and warmup_fraction
+  with BERT's other values (sharedbert.optim.SQUAD_DEFAULTS)."""
+  import ml_collections
+  from sharedbert import optim as optim_lib
+  if 'optim' in squad_cfg:
+    return squad_cfg.optim
+  return ml_collections.ConfigDict(dict(optim_lib.SQUAD_DEFAULTS, lr=squad_cfg.lr,
+                                        warmup_fraction=squad_cfg.warmup_fraction))
+
+
 def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
                           workdir: str) -> dict:
   """Fine-tunes the encoder of the pretraining run `init_from` on SQuAD `version` and
@@ -431,20 +448,19 @@ def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
   import ml_collections
   import optax
   from sharedbert import config as sb_config
-  from sharedbert import finetune
+  from sharedbert import pretrained
+  from sharedbert import optim as optim_lib
   from sharedbert import sharding
-  from sharedbert import train as train_lib
+  from sharedbert.tasks import engine
 
   c = squad_cfg
-  pretrained = finetune.open_pretrained(init_from)
+  pretrained = pretrained.open_pretrained(init_from)
   train_ex = read_examples(version, 'train', data_dir=c.data_dir, tfds_data_dir=c.tfds_data_dir)
   dev_ex = read_examples(version, 'validation', data_dir=c.data_dir,
                          tfds_data_dir=c.tfds_data_dir)
-  rng = np.random.default_rng(0)
-  if c.max_train_examples and len(train_ex) > c.max_train_examples:
-    train_ex = [train_ex[i] for i in np.sort(rng.permutation(len(train_ex))[:c.max_train_examples])]
-  if c.max_eval_examples and len(dev_ex) > c.max_eval_examples:
-    dev_ex = [dev_ex[i] for i in np.sort(rng.permutation(len(dev_ex))[:c.max_eval_examples])]
+  rng = np.random.default_rng(0)  # One generator: the dev subset follows the train draw.
+  train_ex = engine.subset(train_ex, c.max_train_examples, rng)
+  dev_ex = engine.subset(dev_ex, c.max_eval_examples, rng)
   kw = dict(seq_len=c.seq_len, doc_stride=c.doc_stride, max_query_len=c.max_query_len)
   train_f = featurize(train_ex, pretrained.tokenizer, is_training=True, **kw)
   dev_f = featurize(dev_ex, pretrained.tokenizer, is_training=False, **kw)
@@ -452,16 +468,13 @@ def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
   model = _qa_model_class()(pretrained.model_config)
   steps_per_epoch = -(-len(train_f) // c.batch_size)
   total = steps_per_epoch * c.num_epochs
-  optim = ml_collections.ConfigDict(dict(
-      lr=c.lr, warmup_steps=int(round(c.warmup_fraction * total)), weight_decay=0.01,
-      b1=0.9, b2=0.999, eps=1e-6, grad_clip_norm=1.0))
-  tx, _ = train_lib.make_optimizer(optim, total)
+  tx, _ = optim_lib.make_optimizer(optimizer_config(c), total)
   # One device: the encoder is restored onto it and every step runs there.
   mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=1, fsdp=1, tensor=1)),
                             devices=jax.devices()[:1])
   axis_rules = tuple(sb_config.DEFAULT_LOGICAL_AXIS_RULES)
-  target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
-  encoder, step = finetune.restore_encoder_params(init_from, target)
+  target = pretrained.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+  encoder, step = pretrained.restore_encoder_params(init_from, target)
   z = jnp.zeros((1, 8), jnp.int32)
   params = nn.unbox(model.init(jax.random.key(seed), z, z, jnp.ones_like(z))['params'])
   params = {**params, 'bert': jax.device_get(encoder)}
@@ -516,9 +529,8 @@ def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
   answers, margins = decode(dev_ex, dev_f, np.concatenate(starts), np.concatenate(ends),
                             n_best=c.n_best, max_answer_len=c.max_answer_len)
   metrics = evaluate_predictions(dev_ex, answers, margins, version)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f'predictions_seed_{seed}.json'), 'w', encoding='utf-8') as f:
-    json.dump(answers, f)
+  from sharedbert import jsonio
+  jsonio.write_text(os.path.join(workdir, f'predictions_seed_{seed}.json'), json.dumps(answers))
   return {'version': version, 'seed': seed, 'pretrained_step': step, 'metrics': metrics,
           'num_train': len(train_ex), 'num_train_features': len(train_f),
           'num_dev': len(dev_ex), 'epoch_time_s': [round(t, 2) for t in epoch_times],

@@ -36,263 +36,36 @@ cross-domain always see the weights the GLUE figures came from.
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import os
-import shutil
 import time
 
 from absl import app
 from absl import flags
 from absl import logging
-import ml_collections
 import numpy as np
+import tensorflow as tf
 
-from sharedbert.errors import UserError, one_line_errors
+from sharedbert import jsonio
+from sharedbert.errors import one_line_errors
+# The plan (configs, tasks, baselines, result paths) lives in study_plan, which the report
+# reads too; its names are part of this module's interface.
+from sharedbert.study_plan import (  # noqa: F401
+    BASELINES, DONE_FILE, REPO_CONFIGS, baselines_of, crossdomain_plan, discover_glue_tasks,
+    glue_config, listed_glue_tasks, load_config_file, merge_overrides, pretrain_config,
+    pretrain_dir, resolve_glue_tasks, rows_of, run_file, variants_of, _glue_source,
+    _transfers_from)
 
 FLAGS = flags.FLAGS
 
-REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            'configs')
-DONE_FILE = 'study_done.json'
-
-
-# ---------------------------------------------------------------------------------------
-# Small helpers.
-
-def write_json(path: str, obj) -> None:
-  """Writes atomically: a reader (or a resume) never sees a half-written file."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    json.dump(obj, f, indent=1, default=_json_default)
-    f.write('\n')
-  os.replace(tmp, path)
-
-
-def read_json(path: str):
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
-
-
-def _json_default(x):
-  if isinstance(x, np.integer):
-    return int(x)
-  if isinstance(x, np.floating):
-    return float(x)
-  if isinstance(x, np.ndarray):
-    return x.tolist()
-  raise TypeError(f'not JSON serializable: {type(x)}')
-
-
-def merge_overrides(config: ml_collections.ConfigDict, override, where: str) -> None:
-  """Sets every leaf of `override` in `config`; a key `config` lacks is a user error."""
-  for key, value in override.items():
-    if key not in config:
-      raise UserError(f'{where}.{key} is not a key of the config it overrides; known: '
-                      f'{", ".join(sorted(config.keys()))}')
-    if isinstance(value, (ml_collections.ConfigDict, dict)):
-      merge_overrides(config[key], value, f'{where}.{key}')
-    else:
-      config[key] = copy.deepcopy(value)
-
-
-def load_config_file(path: str, arg):
-  from sharedbert import params as params_lib
-  return params_lib.load_config_file(path, arg)
-
-
-def variants_of(config) -> list[str]:
-  from sharedbert.models import attention as attention_lib
-  variants = list(config.variants)
-  missing = [v for v in variants if v not in attention_lib.VARIANTS]
-  if missing:
-    raise UserError(f'config.variants lists {missing}, not implemented here; known: '
-                    f'{", ".join(attention_lib.VARIANTS)}')
-  if not variants:
-    raise UserError('config.variants is empty')
-  return variants
-
-
-def pretrain_config(config, variant: str):
-  path = os.path.join(REPO_CONFIGS, f'{variant}_base.py')
-  cfg = load_config_file(path, config.pretrain.arg or None)
-  merge_overrides(cfg, config.pretrain.override, 'config.pretrain.override')
-  _rederive_recipe(cfg, config.pretrain.arg or None, config.pretrain.override)
-  cfg.model.attention = variant
-  return cfg
-
-
-def _has_leaf(override, dotted: str) -> bool:
-  node = override
-  for name in dotted.split('.'):
-    if not hasattr(node, 'keys') or name not in node:
-      return False
-    node = node[name]
-  return True
-
-
-def _rederive_recipe(cfg, arg, override) -> None:
-  """The recipe's values that depend on the model (the budget recipe's init scale on the
-  width) were computed for the preset's size; computed again for the overridden one,
-  unless the override sets them itself."""
-  from sharedbert import config as sb_config
-  args = sb_config.parse_arg(arg, {'size': 'base', 'corpus': '', 'recipe': ''})
-  recipe = args['recipe'] or ('bert' if args['size'] == 'base' else 'budget')
-  derived = {k: v(cfg) for k, v in sb_config.recipe_overrides(recipe).items()
-             if callable(v) and not _has_leaf(override, k)}
-  sb_config.apply_overrides(cfg, derived)
-
-
-def glue_config(config, init_from: str, task: str, *, from_scratch: bool = False):
-  cfg = load_config_file(os.path.join(REPO_CONFIGS, 'glue.py'), None)
-  merge_overrides(cfg, config.glue.override, 'config.glue.override')
-  if cfg.from_scratch:
-    raise UserError('glue.override.from_scratch must stay False: the no-pretraining row is '
-                    "config.baselines=('none',)")
-  cfg.init_from = init_from
-  cfg.from_scratch = from_scratch
-  cfg.task = task
-  cfg.seeds = int(config.seeds)
-  cfg.seed = 0
-  if cfg.eval.select_best_epoch:
-    raise UserError('the study reports the last epoch; leave glue.override.eval.select_best_epoch '
-                    'False (selecting on the dev set it reports is optimistic)')
-  return cfg
-
-
-# ---------------------------------------------------------------------------------------
-# The plan: the tasks, baselines and transfers the study runs, and what it skips and why.
-
-# `none`: the `standard` architecture (its config.json and the study's vocabulary) fine-tuned
-# from a random initialization under the same GLUE recipe, seeds and data: what pretraining buys.
-BASELINES = {'none': 'standard'}
-
-
-def baselines_of(config, variants: list[str]) -> list[str]:
-  names = list(config.get('baselines', ()))
-  unknown = [b for b in names if b not in BASELINES]
-  if unknown:
-    raise UserError(f'config.baselines lists {unknown}; known: {", ".join(BASELINES)} '
-                    '(or () for none)')
-  for b in names:
-    if BASELINES[b] not in variants:
-      raise UserError(f"config.baselines={tuple(names)!r}: {b!r} fine-tunes the "
-                      f"{BASELINES[b]!r} architecture from random weights and needs "
-                      f"{BASELINES[b]!r} in config.variants; add it or set baselines=()")
-  return names
-
-
-def listed_glue_tasks(config):
-  """config.glue.tasks as task names; None for 'auto' (found in the glue_data folder)."""
-  from sharedbert.data import glue
-  value = config.glue.tasks
-  items = ([x.strip() for x in value.split(',')] if isinstance(value, str)
-           else [str(x).strip() for x in value])
-  items = [x for x in items if x]
-  if [x.lower() for x in items] == ['auto']:
-    return None
-  if not items:
-    raise UserError("config.glue.tasks is empty; name tasks ('cola,sst2') or 'auto'")
-  names = []
-  for item in items:
-    name = glue.get_task(item).name
-    if name not in glue.TASKS:
-      raise UserError(f'config.glue.tasks: {item!r} has no training set; choose from '
-                      f'{", ".join(glue.TASKS)} or auto')
-    if name not in names:
-      names.append(name)
-  return names
-
-
-def discover_glue_tasks(glue_dir: str) -> tuple[list[str], list[tuple[str, str]]]:
-  """The tasks of a glue_data folder with a train.tsv and every dev file (GLUE's order),
-  and (task, reason) for each task folder that lacks one."""
-  from sharedbert.data import glue
-  if not os.path.isdir(glue_dir):
-    raise UserError(f"glue.tasks='auto': glue.override.data.glue_dir={glue_dir} does not "
-                    'exist; point it at the glue_data folder (CoLA/, SST-2/, ...)')
-  tasks, skipped = [], []
-  for name, spec in glue.TASKS.items():
-    folder = os.path.join(glue_dir, spec.glue_dir_name)
-    if not os.path.isdir(folder):
-      continue
-    files = ['train.tsv'] + [glue.split_filename(spec, s) for s in spec.dev_splits]
-    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
-    if missing:
-      skipped.append((name, 'no ' + ', no '.join(missing)))
-    else:
-      tasks.append(name)
-  return tasks, skipped
-
-
-def resolve_glue_tasks(config) -> tuple[list[str], list[tuple[str, str]]]:
-  """(tasks to run, [(task, why it is skipped)]): the listed tasks, or with 'auto' every
-  task of the glue_data folder that can be trained and scored."""
-  listed = listed_glue_tasks(config)
-  if listed is not None:
-    return listed, []
-  glue_dir, _ = _glue_source(config)
-  if not glue_dir:
-    raise UserError("glue.tasks='auto' finds the tasks in glue.override.data.glue_dir, "
-                    "which is not set; set it, or list the tasks (glue.tasks='cola,sst2')")
-  tasks, skipped = discover_glue_tasks(glue_dir)
-  if not tasks:
-    found = '; '.join(f'{t}: {why}' for t, why in skipped) or 'no task folder'
-    raise UserError(f"glue.tasks='auto' found no task with a train.tsv and a dev.tsv in "
-                    f'glue.override.data.glue_dir={glue_dir} ({found})')
-  return tasks, skipped
-
-
-def _target_missing(config, transfer) -> str:
-  """Why a transfer's target data is not there ('' when it is, or when only tfds knows)."""
-  from sharedbert.data import glue
-  glue_dir, _ = _glue_source(config)
-  if transfer.target == 'imdb' or not glue_dir:
-    return ''
-  spec = glue.get_task(transfer.target)
-  name = glue.split_filename(spec, transfer.target_split)
-  if os.path.isfile(os.path.join(glue_dir, spec.glue_dir_name, name)):
-    return ''
-  return f'no {spec.glue_dir_name}/{name} in the GLUE data'
-
-
-def crossdomain_plan(config, tasks) -> tuple[list, list[tuple[str, str]]]:
-  """(transfers to run, [(pair, why it is skipped)]) for config.crossdomain.pairs."""
-  from sharedbert import crossdomain
-  run, skipped = [], []
-  for pair in config.crossdomain.pairs:
-    t = crossdomain.get_transfer(pair)
-    why = (f'its source {t.source} is not fine-tuned in this study' if t.source not in tasks
-           else _target_missing(config, t))
-    if why:
-      skipped.append((t.name, why))
-    else:
-      run.append(t)
-  return run, skipped
+write_json = jsonio.write_json
+read_json = jsonio.read_json
 
 
 # ---------------------------------------------------------------------------------------
 # Stage 1: pretraining.
 
-def pretrain_dir(workdir: str, variant: str) -> str:
-  return os.path.join(workdir, 'pretrain', variant)
-
-
-def read_metrics_jsonl(path: str) -> list[dict]:
-  if not os.path.isfile(path):
-    return []
-  out = []
-  with open(path, encoding='utf-8') as f:
-    for line in f:
-      line = line.strip()
-      if line:
-        try:
-          out.append(json.loads(line))
-        except json.JSONDecodeError:
-          pass  # A line cut by a kill.
-  return out
+read_metrics_jsonl = jsonio.read_jsonl
 
 
 def pretrain_summary(run_dir: str) -> dict:
@@ -321,16 +94,16 @@ def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
   for variant in variants:
     run_dir = pretrain_dir(workdir, variant)
     done = os.path.join(run_dir, DONE_FILE)
-    if os.path.isfile(done):
+    if tf.io.gfile.exists(done):
       summaries[variant] = read_json(done)
       logging.info('study: pretraining %s already finished (%s)', variant, run_dir)
       continue
     cfg = pretrain_config(config, variant)
-    os.makedirs(run_dir, exist_ok=True)
+    tf.io.gfile.makedirs(run_dir)
     vocab = os.path.join(run_dir, tokenizer_lib.VOCAB_FILE)
-    if variant != variants[0] and not os.path.isfile(vocab):
+    if variant != variants[0] and not tf.io.gfile.exists(vocab):
       # One vocabulary for all: the same token ids, hence the same rows and batches.
-      shutil.copyfile(shared_vocab, vocab)
+      tf.io.gfile.copy(shared_vocab, vocab)
     logging.info('study: pretraining %s for %d steps in %s', variant, cfg.total_steps, run_dir)
     t0 = time.time()
     train_lib.train_and_evaluate(cfg, run_dir)
@@ -346,10 +119,6 @@ def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
 # ---------------------------------------------------------------------------------------
 # Stages 2 and 3: GLUE fine-tuning, robustness and cross-domain per fine-tuned model.
 
-def run_file(workdir: str, variant: str, task: str, seed: int) -> str:
-  return os.path.join(workdir, 'runs', variant, task, f'seed_{seed}.json')
-
-
 def traced_task_run(base_cls):
   """A finetune.TaskRun subclass that keeps the params of each seed's last dev evaluation."""
   class TracedTaskRun(base_cls):
@@ -363,28 +132,13 @@ def traced_task_run(base_cls):
   return TracedTaskRun
 
 
-def _transfers_from(config, task: str):
-  return [t for t in crossdomain_plan(config, [task])[0] if t.source == task]
-
-
-def _glue_source(config):
-  d = config.glue.override.get('data', {})
-  return d.get('glue_dir', '') or None, d.get('tfds_data_dir', '') or None
-
-
-def rows_of(config, variant: str) -> list[str]:
-  """`variant`, then the baselines of its architecture (`none` after `standard`)."""
-  return [variant] + [b for b in baselines_of(config, list(config.variants))
-                      if BASELINES[b] == variant]
-
-
 def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
   """Fine-tunes `variant` on `task` for every seed whose result file is missing, then each
   baseline of its architecture from random weights, on the same TaskRun: the same
   training examples and batches, and the same compiled steps."""
   seeds = list(range(int(config.seeds)))
   rows = rows_of(config, variant)
-  todo = {row: [s for s in seeds if not os.path.isfile(run_file(workdir, row, task, s))]
+  todo = {row: [s for s in seeds if not tf.io.gfile.exists(run_file(workdir, row, task, s))]
           for row in rows}
   if not any(todo.values()):
     logging.info('study: %s %s: all %d seeds finished', '/'.join(rows), task, len(seeds))
@@ -400,6 +154,7 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
   mesh = sharding.make_mesh(cfg.mesh)
   axis_rules = sharding.rules(cfg)
   pretrained = finetune.open_pretrained(init_from)
+  finetune.check_fit(cfg, pretrained, [task], mesh)  # As the GLUE run's preflight.
   target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
   encoder_params, step = finetune.restore_encoder_params(init_from, target)
   t0 = time.time()
@@ -427,7 +182,7 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
 
 def _glue_dir(workdir: str, row: str) -> str:
   path = os.path.join(workdir, 'glue', row)
-  os.makedirs(path, exist_ok=True)
+  tf.io.gfile.makedirs(path)
   return path
 
 
@@ -438,6 +193,7 @@ def _evaluators(config, run, task: str) -> dict:
   from sharedbert import finetune
   from sharedbert import robustness
   from sharedbert.metrics import glue as glue_metrics
+  from sharedbert.tasks import engine
   spec = run.spec
   out = {'robustness': None, 'transfers': []}
   rob = config.robustness
@@ -462,7 +218,7 @@ def _evaluators(config, run, task: str) -> dict:
         max_examples=int(config.crossdomain.max_target_examples))
     # Tokenized as the source task's inputs; the labels are read from the examples.
     feats = finetune.featurize(examples, run.pretrained.tokenizer, seq_len, spec)
-    feats = feats.crop(min(seq_len, -(-int(feats.lengths.max()) // 8) * 8))
+    feats = feats.crop(engine.padded_width(feats.lengths, seq_len))
     labels = np.asarray([ex.label for ex in examples], np.float64)
     out['transfers'].append((t, feats, labels))
   out['threshold'] = float(config.crossdomain.stsb_threshold)
@@ -476,8 +232,8 @@ def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
   from sharedbert import robustness
   # A missing result file means this seed's weights are gone: fine-tune it again.
   seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
-  if os.path.isfile(seed_metrics):
-    os.remove(seed_metrics)
+  if tf.io.gfile.exists(seed_metrics):
+    tf.io.gfile.remove(seed_metrics)
   run.last_params = None
   t_seed = time.time()
   record = run.run_seed(seed, seeds_left=seeds_left, is_chief=True)
@@ -533,7 +289,7 @@ def run_squad(config, workdir: str, variants: list[str]) -> None:
     for variant in variants:
       for seed in range(int(config.seeds)):
         path = os.path.join(workdir, 'squad', variant, f'v{version}', f'seed_{seed}.json')
-        if os.path.isfile(path):
+        if tf.io.gfile.exists(path):
           continue
         result = squad.finetune_and_evaluate(
             config.squad, version=version, init_from=pretrain_dir(workdir, variant), seed=seed,
@@ -545,10 +301,10 @@ def run_squad(config, workdir: str, variants: list[str]) -> None:
 # The whole study.
 
 def write_study_config(config, workdir: str) -> None:
-  os.makedirs(workdir, exist_ok=True)
+  tf.io.gfile.makedirs(workdir)
   path = os.path.join(workdir, 'config.json')
   new = json.loads(config.to_json_best_effort())
-  if os.path.isfile(path):
+  if tf.io.gfile.exists(path):
     old = read_json(path)
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
                      and k not in ('report_only',))
@@ -564,8 +320,9 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
   runs, and the GLUE data of every task."""
   from sharedbert import finetune
   from sharedbert import train as train_lib
+  from sharedbert import config_checks
   from sharedbert import validation
-  validation.study(config)
+  config_checks.study(config)
   validation.workdir(workdir)
   train_lib.preflight(pretrain_config(config, variants[0]))
   tasks, _ = resolve_glue_tasks(config)
@@ -578,7 +335,9 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
 def run_study(config, workdir: str, *, report_only: bool = False) -> str:
   """Runs (or resumes) every stage, then writes W/report.md; returns its path."""
   from sharedbert import study_report
-  workdir = os.path.abspath(os.fspath(workdir))
+  workdir = os.fspath(workdir)
+  if '://' not in workdir:
+    workdir = os.path.abspath(workdir)
   variants = variants_of(config)
   if not report_only:
     preflight(config, workdir, variants)

@@ -32,12 +32,15 @@ Conventions (also written into the report):
 
 from __future__ import annotations
 
-import glob
+import io
 import os
 import zlib
 
 import numpy as np
+import tensorflow as tf
 
+from sharedbert import jsonio
+from sharedbert import study_plan
 from sharedbert.data import glue
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
@@ -54,9 +57,14 @@ def _pct(x) -> str:
   return '–' if x is None or (isinstance(x, float) and np.isnan(x)) else f'{100 * x:.1f}'
 
 
-def _read(path):
-  from sharedbert.study import read_json
-  return read_json(path)
+_read = jsonio.read_json
+
+
+def _save_figure(fig, path: str) -> None:
+  """By way of memory, so that `path` may be remote (gs://)."""
+  buf = io.BytesIO()
+  fig.savefig(buf, dpi=90, format='png')
+  jsonio.write_text(path, buf.getvalue())
 
 
 t_interval = stats.t_interval  # Kept here too: the study's callers use this name.
@@ -76,7 +84,7 @@ def load_runs(workdir: str, variants, tasks) -> dict:
   for v in variants:
     out[v] = {}
     for t in tasks:
-      files = glob.glob(os.path.join(workdir, 'runs', v, t, 'seed_*.json'))
+      files = tf.io.gfile.glob(os.path.join(workdir, 'runs', v, t, 'seed_*.json'))
       runs = sorted((_read(f) for f in files), key=lambda r: r['seed'])
       if runs:
         out[v][t] = runs
@@ -219,12 +227,12 @@ def _plt():
 
 
 def plot_pretraining(workdir: str, variants, out_path: str) -> bool:
-  from sharedbert.study import pretrain_dir, read_metrics_jsonl
   plt = _plt()
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
   any_line = False
   for v in variants:
-    lines = read_metrics_jsonl(os.path.join(pretrain_dir(workdir, v), 'metrics.jsonl'))
+    lines = jsonio.read_jsonl(
+        os.path.join(study_plan.pretrain_dir(workdir, v), 'metrics.jsonl'))
     tr = [(l['step'], l['loss']) for l in lines if 'loss' in l and 'step' in l]
     ev = [(l['step'], l['eval_loss']) for l in lines if 'eval_loss' in l]
     if tr:
@@ -238,7 +246,7 @@ def plot_pretraining(workdir: str, variants, out_path: str) -> bool:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(out_path, dpi=90)
+  _save_figure(fig, out_path)
   plt.close(fig)
   return any_line
 
@@ -268,7 +276,7 @@ def plot_glue(table: dict, variants, tasks, out_path: str) -> None:
   ax.legend(fontsize=8)
   ax.set_title('GLUE dev scores: mean over seeds, bootstrap 95% CI')
   fig.tight_layout()
-  fig.savefig(out_path, dpi=90)
+  _save_figure(fig, out_path)
   plt.close(fig)
 
 
@@ -308,7 +316,7 @@ def plot_robustness(rob: dict, variants, out_path: str) -> None:
     ax.grid(alpha=0.3)
   axes[0][0].legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(out_path, dpi=90)
+  _save_figure(fig, out_path)
   plt.close(fig)
 
 
@@ -332,7 +340,7 @@ def plot_time(pretrain: dict, epoch_times: dict, variants, out_path: str) -> Non
   for ax in axes:
     ax.grid(axis='y', alpha=0.3)
   fig.tight_layout()
-  fig.savefig(out_path, dpi=90)
+  _save_figure(fig, out_path)
   plt.close(fig)
 
 
@@ -342,10 +350,9 @@ def plot_time(pretrain: dict, epoch_times: dict, variants, out_path: str) -> Non
 def _param_counts(config, variants) -> dict:
   from sharedbert import params as params_lib
   from sharedbert.models.bert import ModelConfig
-  from sharedbert.study import pretrain_config
   out = {}
   for v in variants:
-    cfg = ModelConfig.from_config(pretrain_config(config, v).model)
+    cfg = ModelConfig.from_config(study_plan.pretrain_config(config, v).model)
     out[v] = params_lib.parameter_counts(cfg)
   return out
 
@@ -448,21 +455,19 @@ def _row_name(v: str, baselines) -> str:
 
 def build_report(config, workdir: str, variants) -> tuple[str, dict]:
   """The report's markdown and a summary dict (also written as W/summary.json)."""
-  from sharedbert import study as study_lib
-  from sharedbert.study import DONE_FILE, pretrain_dir
   conf = float(config.confidence)
   margin = float(config.equivalence_margin) / 100
   resamples = int(config.bootstrap_resamples)
-  tasks, skipped = study_lib.resolve_glue_tasks(config)
-  _, skipped_pairs = study_lib.crossdomain_plan(config, tasks)
-  baselines = study_lib.baselines_of(config, variants)
+  tasks, skipped = study_plan.resolve_glue_tasks(config)
+  _, skipped_pairs = study_plan.crossdomain_plan(config, tasks)
+  baselines = study_plan.baselines_of(config, variants)
   rows = list(variants) + baselines
   runs = load_runs(workdir, rows, tasks)
   table = glue_tables(runs, variants, tasks, conf, resamples, baselines)
   pretrain = {}
   for v in variants:
-    path = os.path.join(pretrain_dir(workdir, v), DONE_FILE)
-    if os.path.isfile(path):
+    path = os.path.join(study_plan.pretrain_dir(workdir, v), study_plan.DONE_FILE)
+    if tf.io.gfile.exists(path):
       pretrain[v] = _read(path)
   base = 'standard' if 'standard' in variants else variants[0]
   cols = [t for t in tasks if any(t in table[v] for v in rows)]
@@ -753,9 +758,8 @@ def _gains_section(gains, table, majority, base, baselines, keys, conf) -> list[
 def _data_paths(config, workdir, variants) -> dict:
   """The corpus and GLUE data as the report shows them (sharedbert.paths: never absolute)."""
   from sharedbert import paths
-  from sharedbert.study import _glue_source, pretrain_config
-  glue_dir, tfds_dir = _glue_source(config)
-  return {'corpus': paths.display(pretrain_config(config, variants[0]).data.corpus,
+  glue_dir, tfds_dir = study_plan._glue_source(config)
+  return {'corpus': paths.display(study_plan.pretrain_config(config, variants[0]).data.corpus,
                                   workdir=workdir),
           'glue_dir': paths.display(glue_dir or '', workdir=workdir),
           'tfds_data_dir': paths.display(tfds_dir or '', workdir=workdir)}
@@ -763,10 +767,8 @@ def _data_paths(config, workdir, variants) -> dict:
 
 def _header(config, workdir, variants, baselines, tasks, skipped, skipped_pairs) -> list[str]:
   from sharedbert import crossdomain
-  from sharedbert.study import BASELINES, glue_config, listed_glue_tasks, pretrain_config
-  from sharedbert.study import pretrain_dir
-  p = pretrain_config(config, variants[0])
-  g = glue_config(config, pretrain_dir(workdir, variants[0]), 'all')
+  p = study_plan.pretrain_config(config, variants[0])
+  g = study_plan.glue_config(config, study_plan.pretrain_dir(workdir, variants[0]), 'all')
   m, o = p.model, p.optim
   data = _data_paths(config, workdir, variants)
   lines = [
@@ -791,15 +793,15 @@ def _header(config, workdir, variants, baselines, tasks, skipped, skipped_pairs)
          if g.data.max_train_examples else '')
       + f'; data {("`" + data["glue_dir"] + "`") if data["glue_dir"] else "tfds glue/*"}. '
       'Scores are on the dev sets, at the last epoch (no selection on dev).'
-      + ''.join(f' Baseline `{b}`: the `{BASELINES[b]}` model (its config and the shared '
-                'vocabulary) fine-tuned from random weights, with the same recipe, seeds and '
+      + ''.join(f' Baseline `{b}`: the `{study_plan.BASELINES[b]}` model (its config and the '
+                'shared vocabulary) fine-tuned from random weights, with the same recipe, seeds and '
                 'training examples; it is also scored for robustness and cross-domain '
                 'transfer.' for b in baselines), '']
   notes = []
   if not tuple(config.squad.versions):
     notes.append('SQuAD is not part of this preset (no SQuAD data here); its code and tests '
                  'are in sharedbert/squad.py, and the gpu and pod presets run it.')
-  auto = listed_glue_tasks(config) is None
+  auto = study_plan.listed_glue_tasks(config) is None
   notes += [f'GLUE task skipped: {_title(t)}: {why}.' for t, why in skipped]
   skipped_names = {t for t, _ in skipped}
   absent = [t for t in glue.TASKS if t not in tasks and t not in skipped_names]
@@ -827,7 +829,7 @@ def _squad_section(config, workdir, variants) -> list[str]:
   for version in versions:
     rows = []
     for v in variants:
-      files = glob.glob(os.path.join(workdir, 'squad', v, f'v{version}', 'seed_*.json'))
+      files = tf.io.gfile.glob(os.path.join(workdir, 'squad', v, f'v{version}', 'seed_*.json'))
       rs = [_read(f) for f in sorted(files)]
       if not rs:
         rows.append(f'| {v} | – | – |' + (' – | – |' if version == '2.0' else ''))
@@ -847,12 +849,8 @@ def _squad_section(config, workdir, variants) -> list[str]:
 
 
 def write_report(config, workdir: str, variants) -> str:
-  from sharedbert.study import write_json
   text, summary = build_report(config, workdir, variants)
   path = os.path.join(workdir, 'report.md')
-  tmp = path + '.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(text)
-  os.replace(tmp, path)
-  write_json(os.path.join(workdir, 'summary.json'), summary)
+  jsonio.write_text(path, text)
+  jsonio.write_json(os.path.join(workdir, 'summary.json'), summary)
   return path

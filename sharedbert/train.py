@@ -11,7 +11,6 @@ WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoin
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import signal
@@ -28,8 +27,12 @@ import optax
 import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import jsonio
+from sharedbert import optim as optim_lib
 from sharedbert import sharding
+from sharedbert import config_checks
 from sharedbert import validation
+from sharedbert import workdir as workdir_lib
 from sharedbert import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -39,9 +42,14 @@ from sharedbert.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
-# The names of parameters that are exempt from weight decay: biases, LayerNorm, and the
-# per-layer scalars and diagonals of the shared-weight variants.
-NO_DECAY_NAMES = ('bias', 'scale', 'output_bias', 'diag', 'coefficients')
+# The optimizer (sharedbert/optim.py), under the names the callers of this module use.
+NO_DECAY_NAMES = optim_lib.NO_DECAY_NAMES
+learning_rate_schedule = optim_lib.learning_rate_schedule
+decay_mask = optim_lib.decay_mask
+make_optimizer = optim_lib.make_optimizer
+# The workdir's config and the hosts' meeting points (sharedbert/workdir.py).
+write_config = workdir_lib.write_config
+_sync = workdir_lib.sync
 
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: the scheduler may restart the same command.
 DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
@@ -65,41 +73,11 @@ class TrainState(struct.PyTreeNode):
 
 def validate(config):
   """The range of every key and how they fit together (sharedbert/validation.py)."""
-  validation.pretrain(config)
+  config_checks.pretrain(config)
 
 
 # ---------------------------------------------------------------------------------------
 # Model, optimizer, state.
-
-def learning_rate_schedule(optim, total_steps: int):
-  """The learning rate applied at step s (0-based): linear warmup over `warmup_steps` steps
-  (lr·(s+1)/warmup, so the first step already learns), then linear decay that reaches 0 at
-  the last step, total_steps - 1 (BERT's triangular schedule, ending exactly at zero)."""
-  total = max(int(total_steps), 1)
-  warmup = min(max(int(optim.warmup_steps), 0), total)
-  lr = float(optim.lr)
-
-  def schedule(step):
-    s = jnp.asarray(step, jnp.float32)
-    rise = lr * (s + 1.0) / max(warmup, 1)
-    fall = lr * (total - 1.0 - s) / max(total - 1 - warmup, 1)
-    return jnp.clip(jnp.where(s < warmup, rise, fall), 0.0, lr)
-  return schedule
-
-
-def decay_mask(params):
-  return jax.tree_util.tree_map_with_path(
-      lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_NAMES, params)
-
-
-def make_optimizer(optim, total_steps: int):
-  schedule = learning_rate_schedule(optim, total_steps)
-  tx = optax.chain(
-      optax.clip_by_global_norm(optim.grad_clip_norm),
-      optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
-                  weight_decay=optim.weight_decay, mask=decay_mask))
-  return tx, schedule
-
 
 def dummy_inputs(batch: int, seq_len: int, max_predictions: int):
   z = jnp.zeros((batch, seq_len), jnp.int32)
@@ -317,13 +295,6 @@ def majority_baseline(batches) -> float:
   model must clearly beat."""
   labels = np.concatenate([b['masked_ids'][b['masked_weights'] > 0] for b in batches])
   return float(np.bincount(labels).max() / max(len(labels), 1)) if len(labels) else 0.0
-
-
-def write_config(config, workdir):
-  path = os.path.join(workdir, 'config.json')
-  with tf.io.gfile.GFile(path + '.tmp', 'w') as f:
-    f.write(config.to_json_best_effort(indent=2, sort_keys=True) + '\n')
-  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)  # A kill never leaves half a file.
 
 
 def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
@@ -645,20 +616,12 @@ def write_summary(workdir: str, last: dict, examples: list[dict], train_seconds:
   summary['train_seconds'] = round(train_seconds, 1)
   summary['fill_mask'] = examples
   path = os.path.join(workdir, 'summary.json')
-  with tf.io.gfile.GFile(path + '.tmp', 'w') as f:
-    f.write(json.dumps(summary, indent=2) + '\n')
-  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
+  jsonio.write_json(path, summary, indent=2)
   if 'eval_mlm_accuracy' in last:
     logging.info('Held-out MLM accuracy %.4f on %d masked tokens; always predicting the most '
                  'frequent token (the floor) scores %.4f. Written to %s',
                  last['eval_mlm_accuracy'], last.get('eval_masked_tokens', 0),
                  last['eval_majority_accuracy'], path)
-
-
-def _sync(name: str):
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    multihost_utils.sync_global_devices(name)
 
 
 def _memory_text(mem) -> str:

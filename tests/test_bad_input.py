@@ -248,18 +248,19 @@ def test_workdir_that_is_a_file(tmp_path, corpus):
 
 
 def test_every_preset_is_in_range():
+  from sharedbert import config_checks
   from sharedbert import params as params_lib
   from sharedbert import validation
   from sharedbert.data import tokenizer
   assert validation.NUM_SPECIAL_TOKENS == tokenizer.NUM_SPECIAL
   for path in sorted(REPO.glob('configs/*_base.py')):
     for arg in (None, 'tiny', 'small'):
-      validation.pretrain(params_lib.load_config_file(str(path), arg))
+      config_checks.pretrain(params_lib.load_config_file(str(path), arg))
   glue_config = params_lib.load_config_file(str(REPO / 'configs/glue.py'), 'cola')
   glue_config.init_from = 'somewhere'
-  validation.glue(glue_config)
+  config_checks.glue(glue_config)
   for preset in ('cpu', 'gpu', 'pod'):
-    validation.study(params_lib.load_config_file(str(REPO / 'configs/study.py'), preset))
+    config_checks.study(params_lib.load_config_file(str(REPO / 'configs/study.py'), preset))
 
 
 @pytest.mark.parametrize('flag, message', [

@@ -1,0 +1,64 @@
+"""The one optimizer and learning-rate schedule of every training loop: pretraining
+(sharedbert.train), GLUE and SQuAD fine-tuning, the probes.
+
+AdamW after global-norm clipping, weight decay on every parameter but biases, LayerNorm
+and the shared-weight variants' scalars, under BERT's triangular schedule. Pretraining
+counts warmup in steps (optim.warmup_steps); fine-tuning as a fraction of the task's steps
+(optim.warmup_fraction), which `make_optimizer` turns into steps.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+# The names of parameters that are exempt from weight decay: biases, LayerNorm, and the
+# per-layer scalars and diagonals of the shared-weight variants.
+NO_DECAY_NAMES = ('bias', 'scale', 'output_bias', 'diag', 'coefficients')
+
+# SQuAD's optimizer where its config names only lr and warmup_fraction (BERT's values).
+SQUAD_DEFAULTS = dict(weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, grad_clip_norm=1.0)
+
+
+def learning_rate_schedule(optim, total_steps: int):
+  """The learning rate applied at step s (0-based): linear warmup over `warmup_steps` steps
+  (lr·(s+1)/warmup, so the first step already learns), then linear decay that reaches 0 at
+  the last step, total_steps - 1 (BERT's triangular schedule, ending exactly at zero)."""
+  total = max(int(total_steps), 1)
+  warmup = min(max(int(optim.warmup_steps), 0), total)
+  lr = float(optim.lr)
+
+  def schedule(step):
+    s = jnp.asarray(step, jnp.float32)
+    rise = lr * (s + 1.0) / max(warmup, 1)
+    fall = lr * (total - 1.0 - s) / max(total - 1 - warmup, 1)
+    return jnp.clip(jnp.where(s < warmup, rise, fall), 0.0, lr)
+  return schedule
+
+
+def decay_mask(params):
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_NAMES, params)
+
+
+def with_warmup_steps(optim, total_steps: int):
+  """`optim` with warmup_steps set from warmup_fraction (fine-tuning's recipe), when it
+  has one; else `optim` itself."""
+  if 'warmup_fraction' not in optim:
+    return optim
+  out = ml_collections.ConfigDict(dict(optim))
+  out.warmup_steps = int(round(float(optim.warmup_fraction) * total_steps))
+  return out
+
+
+def make_optimizer(optim, total_steps: int):
+  """(optax transformation, schedule) for `total_steps` steps of `optim` (a config
+  section: lr, warmup_steps or warmup_fraction, weight_decay, b1, b2, eps,
+  grad_clip_norm)."""
+  optim = with_warmup_steps(optim, total_steps)
+  schedule = learning_rate_schedule(optim, total_steps)
+  tx = optax.chain(
+      optax.clip_by_global_norm(optim.grad_clip_norm),
+      optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
+                  weight_decay=optim.weight_decay, mask=decay_mask))
+  return tx, schedule

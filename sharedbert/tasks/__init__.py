@@ -1,0 +1,1 @@
+"""Fine-tuned tasks; engine.py is what they share (fit, predict, padding)."""

@@ -1,0 +1,427 @@
+"""GLUE as a task of the engine: the examples' features, the classifier's loss and
+predictions, and `TaskRun`: one task's data, model and compiled steps, whose `run_seed`
+fine-tunes (engine.fit_epoch), scores the dev sets after every epoch (engine.predict),
+keeps the classifier and writes the seed's files (see sharedbert/finetune.py)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+import os
+import tempfile
+import time
+from typing import Optional
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import tensorflow as tf
+
+from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import classifiers
+from sharedbert import glue_report
+from sharedbert import jsonio
+from sharedbert import optim as optim_lib
+from sharedbert import sharding
+from sharedbert import workdir as workdir_lib
+from sharedbert.data import glue
+from sharedbert.errors import UserError
+from sharedbert.metrics import glue as glue_metrics
+from sharedbert.metrics import stats
+from sharedbert.models.bert import BertForSequenceClassification
+from sharedbert.pretrained import PretrainedRun
+from sharedbert.tasks import engine
+
+SEED_METRICS = 'metrics.json'
+FinetuneState = engine.State  # step, params, opt_state, dropout_rng
+
+
+# ---------------------------------------------------------------------------------------
+# Features.
+
+@dataclasses.dataclass
+class Features:
+  """Token ids of one split, padded to a common length; labels None for test splits."""
+  input_ids: np.ndarray     # [n, T] int32
+  segment_ids: np.ndarray   # [n, T] int32
+  lengths: np.ndarray       # [n]
+  labels: Optional[np.ndarray]
+  guids: np.ndarray
+
+  def __len__(self):
+    return len(self.guids)
+
+  def crop(self, length: int) -> 'Features':
+    return dataclasses.replace(self, input_ids=self.input_ids[:, :length],
+                               segment_ids=self.segment_ids[:, :length])
+
+  def arrays(self) -> dict:
+    """The rows as the task engine takes them (sharedbert/tasks/engine.py)."""
+    out = {'input_ids': self.input_ids, 'segment_ids': self.segment_ids}
+    if self.labels is not None:
+      out['labels'] = self.labels
+    return out
+
+
+def featurize(examples, tokenizer, seq_len: int, spec) -> Features:
+  n = len(examples)
+  ids = np.zeros((n, seq_len), np.int32)
+  segments = np.zeros((n, seq_len), np.int32)
+  lengths = np.zeros((n,), np.int32)
+  for i, ex in enumerate(examples):
+    a, s = tokenizer.encode_pair(ex.text_a, ex.text_b, seq_len)
+    ids[i, :len(a)], segments[i, :len(s)], lengths[i] = a, s, len(a)
+  labels = None
+  if n and all(ex.label is not None for ex in examples):
+    labels = np.asarray([ex.label for ex in examples],
+                        np.float32 if spec.is_regression else np.int32)
+  return Features(ids, segments, lengths, labels, np.asarray([ex.guid for ex in examples]))
+
+
+# ---------------------------------------------------------------------------------------
+# Steps.
+
+def _loss(logits, batch, is_regression: bool):
+  if is_regression:
+    per_example = jnp.square(logits[:, 0] - batch['labels'])
+  else:
+    per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch['labels'])
+  w = batch['weights']
+  return jnp.sum(per_example * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def _predictions(spec, logits: np.ndarray) -> np.ndarray:
+  return logits[:, 0] if spec.is_regression else np.argmax(logits, axis=-1)
+
+
+# ---------------------------------------------------------------------------------------
+# One task.
+
+class TaskRun:
+  """One task's data, model and compiled steps; `run_seed` fine-tunes and evaluates."""
+
+  def __init__(self, config, task: str, pretrained: PretrainedRun, mesh, axis_rules,
+               encoder_params, pretrained_step: Optional[int], workdir: str):
+    self.config = config
+    self.encoder_params = encoder_params   # None: from scratch.
+    self.pretrained_step = pretrained_step
+    self.spec = spec = glue.get_task(task)
+    self.mesh = mesh
+    self.axis_rules = axis_rules
+    self.workdir = workdir
+    self.pretrained = pretrained
+    d = config.data
+    load = functools.partial(glue.load_examples, spec, glue_dir=d.glue_dir or None,
+                             tfds_data_dir=d.tfds_data_dir or None,
+                             skip_malformed=d.skip_malformed)
+    t0 = time.time()
+    train_examples = load('train')
+    self.num_train_total = len(train_examples)
+    train_examples = engine.subset(train_examples, d.max_train_examples)
+    if not train_examples:
+      raise UserError(f'{spec.name}: the training set is empty')
+    splits = {'train': train_examples}
+    for split in spec.dev_splits:
+      splits[split] = load(split)
+      if not splits[split] or any(ex.label is None for ex in splits[split]):
+        raise UserError(f'{spec.name}: the {split} split is empty or unlabeled; the dev sets '
+                        'must carry labels')
+    self.test_splits = []
+    if config.eval.predict_test:
+      for split in spec.test_splits:
+        if d.glue_dir and not os.path.isfile(os.path.join(
+            d.glue_dir, spec.glue_dir_name, glue.split_filename(spec, split))):
+          logging.warning('%s: no %s file in %s; no submission file for it', spec.name, split,
+                          d.glue_dir)
+          continue
+        splits[split] = load(split)
+        self.test_splits.append(split)
+    tok = pretrained.tokenizer
+    feats = {k: featurize(v, tok, d.seq_len, spec) for k, v in splits.items()}
+    # Each split is padded to its longest sequence, not to seq_len: the same results
+    # (padding is masked out), several times faster on short-sentence tasks.
+    self.features = {k: f.crop(engine.padded_width(f.lengths, d.seq_len))
+                     for k, f in feats.items()}
+    self.train = self.features['train']
+    self.length = self.train.input_ids.shape[1]  # The one compiled training shape.
+    truncated = int(np.sum(self.train.lengths >= d.seq_len))
+    logging.info('%s: %d train examples%s, dev %s, test %s; train padded to %d (%d train '
+                 'pairs reach the seq_len limit %d); read and tokenized in %.1fs', spec.name,
+                 len(self.train),
+                 f' (a fixed subset of {self.num_train_total})'
+                 if len(self.train) < self.num_train_total else '',
+                 {s: len(self.features[s]) for s in spec.dev_splits},
+                 {s: len(self.features[s]) for s in self.test_splits}, self.length, truncated,
+                 d.seq_len, time.time() - t0)
+
+    # Model, optimizer and the compiled steps, shared by every seed.
+    dp = sharding.data_parallel_size(mesh)
+    if config.batch_size % dp:
+      raise UserError(f'batch_size={config.batch_size} is not divisible by the data-parallel '
+                      f'size {dp} (mesh.data * mesh.fsdp)')
+    self.eval_batch = -(-config.eval.batch_size // dp) * dp
+    self.process = sharding.process_batch_block(mesh)  # This process's block of rows.
+    self.steps_per_epoch = -(-len(self.train) // config.batch_size)
+    self.total_steps = self.steps_per_epoch * config.num_epochs
+    # Warmup: optim.warmup_fraction of this task's steps.
+    tx, _ = optim_lib.make_optimizer(config.optim, self.total_steps)
+    self.model = model = BertForSequenceClassification(pretrained.model_config, spec.num_labels)
+
+    steps = engine.compile_steps(
+        model, tx, functools.partial(_loss, is_regression=spec.is_regression), mesh,
+        axis_rules)
+    self.state_shardings = steps.state_shardings
+    self.init_state, self.step_fn, self.predict_fn = (steps.init_state, steps.step_fn,
+                                                      steps.predict_fn)
+    self.timer = engine.StepTimer()  # Shared by the seeds: only the first step compiles.
+
+  def from_scratch(self, config, workdir: str) -> 'TaskRun':
+    """This run's data, model and compiled steps, with the encoder initialized at random
+    (a no-pretraining baseline of the same architecture): the same training examples,
+    batches and programs, nothing compiled again but the initialization. `config` differs
+    from this run's only in from_scratch=True; seeds go under `workdir`."""
+    if not config.from_scratch:
+      raise ValueError('TaskRun.from_scratch needs a config with from_scratch=True')
+    other = copy.copy(self)
+    other.config, other.workdir = config, workdir
+    other.encoder_params, other.pretrained_step = None, None
+    return other
+
+  def predict(self, params, features: Features) -> np.ndarray:
+    """Logits [n, num_labels] (float32) for every row of `features` (engine.predict:
+    batches in order of length, each cropped to a power of two)."""
+    logits = engine.predict(self.predict_fn, params, features.arrays(), features.lengths,
+                            batch_size=self.eval_batch, mesh=self.mesh, process=self.process)
+    return np.asarray(logits, np.float32)
+
+  def evaluate_dev(self, params) -> dict:
+    """Per dev split: predictions and the task's metrics and score (fractions)."""
+    out = {}
+    for split in self.spec.dev_splits:
+      feats = self.features[split]
+      preds = _predictions(self.spec, self.predict(params, feats))
+      metrics = glue_metrics.task_metrics(self.spec, preds, feats.labels)
+      out[split] = {'predictions': preds, 'metrics': metrics,
+                    'score': glue_metrics.task_score(self.spec, metrics)}
+    return out
+
+  def train_epoch(self, state, seed: int, epoch: int):
+    """One epoch of engine.fit_epoch; returns (state, mean train loss)."""
+    c, timer = self.config, self.timer
+    t_epoch = time.time()
+    timer.start_epoch(self.steps_per_epoch)
+
+    def on_step(done, losses):
+      timer.after_step(losses[-1])
+      if c.log_every_steps and done % c.log_every_steps == 0 and done < self.steps_per_epoch:
+        recent = float(np.mean(jax.device_get(losses[-c.log_every_steps:])))
+        logging.info('%s seed %d epoch %d: step %d/%d loss=%.4f (%.1f steps/s)',
+                     self.spec.name, seed, epoch, done, self.steps_per_epoch, recent,
+                     done / (time.time() - t_epoch))
+
+    state, losses = engine.fit_epoch(self.step_fn, state, self.train.arrays(),
+                                     batch_size=c.batch_size, seed=seed, epoch=epoch,
+                                     mesh=self.mesh, process=self.process, on_step=on_step)
+    train_loss = float(np.mean(jax.device_get(losses)))
+    timer.end_epoch()
+    return state, train_loss
+
+  def fingerprint(self, seed: int) -> dict:
+    """The settings that determine a seed's result; a finished seed with equal ones is reused."""
+    c = self.config
+    fp = {'task': self.spec.name, 'seed': seed,
+          'init_from': os.path.abspath(self.pretrained.workdir) if '://' not in
+          self.pretrained.workdir else self.pretrained.workdir,
+          'pretrained_step': self.pretrained_step, 'from_scratch': bool(c.from_scratch),
+          'model': self.pretrained.model_config.to_dict(),
+          'optim': c.optim.to_dict(), 'num_epochs': c.num_epochs, 'batch_size': c.batch_size,
+          'seq_len': c.data.seq_len, 'max_train_examples': c.data.max_train_examples,
+          'num_train': len(self.train), 'select_best_epoch': bool(c.eval.select_best_epoch),
+          'glue_dir': c.data.glue_dir, 'tfds_data_dir': c.data.tfds_data_dir}
+    return json.loads(json.dumps(fp))
+
+  def seed_dir(self, seed: int) -> str:
+    return os.path.join(self.workdir, self.spec.name, f'seed_{seed}')
+
+  def run_seed(self, seed: int, *, seeds_left: int, is_chief: bool) -> dict:
+    """Fine-tunes with `seed` (or reuses a finished identical run); returns its record."""
+    c = self.config
+    spec = self.spec
+    seed_dir = self.seed_dir(seed)
+    fingerprint = self.fingerprint(seed)
+    reused = load_seed_result(seed_dir, spec, fingerprint)
+    if reused is not None:
+      logging.info('%s seed %d: reusing the finished run in %s', spec.name, seed, seed_dir)
+      return reused
+
+    state = self.init_state(jax.random.key(seed), self.encoder_params)
+    epochs, best = [], None
+    manager = self._open_models(seed_dir, seed, is_chief)
+    t_start = time.time()
+    for epoch in range(1, c.num_epochs + 1):
+      t_epoch = time.time()
+      state, train_loss = self.train_epoch(state, seed, epoch)
+      dev = self.evaluate_dev(state.params)
+      elapsed = time.time() - t_epoch
+      record = {'epoch': epoch, 'train_loss': train_loss, 'time_s': round(elapsed, 2),
+                'dev': {s: {'metrics': v['metrics'], 'score': v['score']} for s, v in dev.items()}}
+      epochs.append(record)
+      first = dev[spec.dev_splits[0]]
+      if manager is not None:
+        manager.save(epoch, args=ocp.args.Composite(
+            params=ocp.args.PyTreeSave(state.params),
+            meta=ocp.args.JsonSave({'epoch': epoch, 'score': float(first['score']),
+                                    'dev': record['dev']})),
+                     metrics={'score': float(first['score'])})
+        # Before the next step donates (frees) these parameters.
+        manager.wait_until_finished()
+      if c.eval.select_best_epoch and (
+          best is None or first['score'] > best[1][spec.dev_splits[0]]['score']):
+        best = (epoch, dev, jax.tree.map(jnp.copy, state.params))
+      steps_left = ((c.num_epochs - epoch) + seeds_left * c.num_epochs) * self.steps_per_epoch
+      scores = ' '.join(
+          f'{glue_metrics.score_key(spec, s)}: ' + ' '.join(
+              f'{k}={v:.4f}' for k, v in dev[s]['metrics'].items()) for s in spec.dev_splits)
+      logging.info('%s seed %d epoch %d/%d: train_loss=%.4f dev %s (%s; task eta %s)',
+                   spec.name, seed, epoch, c.num_epochs, train_loss, scores,
+                   glue_report.duration(elapsed),
+                   glue_report.duration(steps_left * self.timer.step_time))
+
+    if manager is not None:
+      manager.close()
+    if best is not None:
+      chosen_epoch, dev, params = best
+    else:
+      chosen_epoch, dev, params = c.num_epochs, dev, state.params
+    record = {
+        'task': spec.name, 'seed': seed, 'fingerprint': fingerprint,
+        'num_train': len(self.train), 'steps': self.total_steps,
+        'chosen_epoch': chosen_epoch,
+        'selection': 'best dev epoch' if c.eval.select_best_epoch else 'last epoch',
+        'train_time_s': round(time.time() - t_start, 2), 'epochs': epochs, 'dev': {},
+        'test_files': [],
+    }
+    for split, v in dev.items():
+      labels = self.features[split].labels
+      low, high = stats.bootstrap_ci(
+          glue_metrics.task_score_fn(spec), v['predictions'], labels,
+          num_resamples=c.eval.bootstrap_resamples, confidence=c.eval.confidence,
+          seed=glue_report.bootstrap_seed(c, glue_metrics.score_key(spec, split)))
+      record['dev'][split] = {'score_key': glue_metrics.score_key(spec, split),
+                              'n': int(len(labels)), 'metrics': v['metrics'],
+                              'score': v['score'], 'score_ci': [low, high],
+                              'predictions_file': _dev_predictions_name(spec, split)}
+    test_predictions = {s: _predictions(spec, self.predict(params, self.features[s]))
+                        for s in self.test_splits}
+    if is_chief:
+      self._write_seed(seed_dir, record, dev, test_predictions)
+    for split, v in dev.items():
+      record['dev'][split]['predictions'] = v['predictions']
+    return record
+
+  def _write_seed(self, seed_dir: str, record: dict, dev: dict, test_predictions: dict):
+    """The seed's dev predictions, submission files and, last, metrics.json."""
+    spec = self.spec
+    tf.io.gfile.makedirs(seed_dir)
+    for split, v in dev.items():
+      feats = self.features[split]
+      _write_predictions(os.path.join(seed_dir, _dev_predictions_name(spec, split)),
+                         feats.guids, v['predictions'], feats.labels)
+    for split, preds in test_predictions.items():
+      name = glue.submission_filename(spec, split)
+      _write_submission(os.path.join(seed_dir, name), spec,
+                        dict(zip(self.features[split].guids.tolist(), preds.tolist())))
+      record['test_files'].append(name)
+    # Written last: its presence marks the seed as finished.
+    jsonio.write_json(os.path.join(seed_dir, SEED_METRICS), record, indent=2)
+
+  def _open_models(self, seed_dir: str, seed: int, is_chief: bool):
+    """The seed's model manager (None with ckpt.max_to_keep=0), over a fresh directory:
+    what an interrupted run of this seed left is deleted (the seed starts over)."""
+    c = self.config
+    if c.ckpt.max_to_keep <= 0:
+      return None
+    directory = os.path.join(seed_dir, checkpoint_lib.CHECKPOINT_DIR)
+    if is_chief:
+      if tf.io.gfile.exists(directory):
+        tf.io.gfile.rmtree(directory)
+      tf.io.gfile.makedirs(seed_dir)
+      from sharedbert.data import tokenizer as tokenizer_lib
+      tokenizer_lib.copy_vocab(self.pretrained.workdir, seed_dir)
+      spec = self.spec
+      jsonio.write_json(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE), {
+          'kind': 'sequence_classification', 'task': spec.name,
+          'num_labels': spec.num_labels, 'is_regression': spec.is_regression,
+          'labels': list(spec.label_names), 'text_fields': len(spec.tsv_text_columns),
+          'seq_len': c.data.seq_len, 'seed': seed, 'model': self.pretrained.model_config.to_dict(),
+          'init_from': self.pretrained.workdir, 'pretrained_step': self.pretrained_step,
+          'from_scratch': bool(c.from_scratch),
+          'selection': 'best dev epoch' if c.eval.select_best_epoch else 'last epoch',
+          'score_key': glue_metrics.score_key(spec, spec.dev_splits[0])}, indent=2)
+    workdir_lib.sync(f'finetune_models_{self.spec.name}_{seed}')
+    return classifiers.classifier_manager(seed_dir, c)
+
+  def majority_prediction(self):
+    """The most frequent train label (STS-B: the mean score)."""
+    labels = self.train.labels
+    if self.spec.is_regression:
+      return float(np.mean(labels))
+    return int(np.bincount(labels, minlength=self.spec.num_labels).argmax())
+
+  def majority_baseline(self, split: str) -> float:
+    """The dev score of always predicting the most frequent train label (STS-B: the mean)."""
+    constant = self.majority_prediction()
+    dev = self.features[split].labels
+    preds = np.full(dev.shape, constant, dev.dtype)
+    return glue_metrics.task_score(self.spec, glue_metrics.task_metrics(self.spec, preds, dev))
+
+
+def _dev_predictions_name(spec, split: str) -> str:
+  return glue.split_filename(spec, split)[:-len('.tsv')] + '_predictions.tsv'
+
+
+def _write_predictions(path, guids, predictions, labels):
+  with tf.io.gfile.GFile(path, 'w') as f:
+    f.write('index\tprediction\tlabel\n')
+    for g, p, l in zip(guids.tolist(), predictions.tolist(), labels.tolist()):
+      f.write(f'{g}\t{p!r}\t{l!r}\n')
+
+
+def _write_submission(path, spec, predictions):
+  """glue.write_submission, by way of a local file so that `path` may be remote (gs://)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    local = os.path.join(tmp, os.path.basename(path))
+    glue.write_submission(local, spec, predictions)
+    tf.io.gfile.copy(local, path, overwrite=True)
+
+
+def _read_predictions(path, is_regression: bool):
+  with tf.io.gfile.GFile(path) as f:
+    rows = [line.split('\t') for line in f.read().splitlines()[1:]]
+  cast = float if is_regression else int
+  return np.asarray([cast(r[1]) for r in rows])
+
+
+def load_seed_result(seed_dir: str, spec, fingerprint: dict) -> Optional[dict]:
+  """A finished seed's record with its dev predictions, if its settings match."""
+  path = os.path.join(seed_dir, SEED_METRICS)
+  if not tf.io.gfile.exists(path):
+    return None
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      record = json.load(f)
+    if record.get('fingerprint') != fingerprint:
+      logging.warning('%s was made with other settings; running that seed again', path)
+      return None
+    for split, v in record['dev'].items():
+      v['predictions'] = _read_predictions(os.path.join(seed_dir, v['predictions_file']),
+                                           spec.is_regression)
+  except (OSError, tf.errors.OpError, ValueError, KeyError, IndexError) as e:
+    logging.warning('cannot reuse %s (%s); running that seed again', path, e)
+    return None
+  return record

@@ -1,0 +1,48 @@
+"""The one optimizer builder (sharedbert/optim.py) keeps each loop's recipe."""
+
+import ml_collections
+import numpy as np
+
+from sharedbert import optim
+from sharedbert import squad
+from sharedbert import train
+
+
+def _optim(**kw):
+  base = dict(lr=1e-3, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, grad_clip_norm=1.0)
+  return ml_collections.ConfigDict(dict(base, **kw))
+
+
+def _rates(schedule, n):
+  return np.asarray([float(schedule(s)) for s in range(n)])
+
+
+def test_warmup_fraction_is_that_share_of_the_steps():
+  # Fine-tuning's recipe: 10% of 23 steps rounds to 2 warmup steps.
+  _, by_fraction = optim.make_optimizer(_optim(warmup_fraction=0.1), 23)
+  _, by_steps = optim.make_optimizer(_optim(warmup_steps=2), 23)
+  np.testing.assert_array_equal(_rates(by_fraction, 23), _rates(by_steps, 23))
+  rates = _rates(by_steps, 23)
+  np.testing.assert_allclose(rates[:2], [0.5e-3, 1e-3], rtol=1e-6)
+  assert rates[-1] == 0.0
+  assert np.all(np.diff(rates[2:]) < 0)  # Warmup ends at lr (step 1), decay from step 2.
+  # A pretraining section (warmup_steps only) is used as it is.
+  cfg = _optim(warmup_steps=5)
+  assert optim.with_warmup_steps(cfg, 100) is cfg
+  assert optim.with_warmup_steps(_optim(warmup_fraction=0.25), 10).warmup_steps == 2
+
+
+def test_pretraining_names_are_the_builders():
+  assert train.make_optimizer is optim.make_optimizer
+  assert train.learning_rate_schedule is optim.learning_rate_schedule
+  assert train.NO_DECAY_NAMES == optim.NO_DECAY_NAMES
+
+
+def test_squad_uses_its_configured_optimizer():
+  c = ml_collections.ConfigDict(dict(lr=5e-5, warmup_fraction=0.1))
+  # Without an optim section: lr and warmup from the config, BERT's other values.
+  assert squad.optimizer_config(c).to_dict() == dict(
+      lr=5e-5, warmup_fraction=0.1, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
+      grad_clip_norm=1.0)
+  c.optim = _optim(warmup_fraction=0.2, weight_decay=0.0)
+  assert squad.optimizer_config(c) is c.optim
