@@ -330,17 +330,14 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
   saved = dict(meta.get('model', {}))
   current = model_cfg.to_dict()
   # Settings that change the parameter tree (or its meaning) must match to resume; a
-  # variant's own settings only for that variant, and masa's atom count as resolved
-  # (0 means ceil(L/3), so 0 and its value are the same model).
+  # variant's own settings (its class's config_keys) only for that variant, as resolved
+  # (masa: 0 atoms means ceil(L/3), so 0 and its value are the same model).
   keys = ['attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
           'max_position_embeddings', 'type_vocab_size', 'pre_layer_norm']
-  if model_cfg.attention == 'masa':
-    keys += ['masa_atoms', 'masa_projections']
-    if 'masa_atoms' in saved and 'num_layers' in saved:
-      saved['masa_atoms'] = saved['masa_atoms'] or -(-saved['num_layers'] // 3)
-    current['masa_atoms'] = attention_lib.masa_num_atoms(model_cfg)
-  if model_cfg.attention == 'partial_qk':
-    keys.append('qk_shared_fraction')
+  variant = attention_lib.VARIANTS[model_cfg.attention]
+  keys += list(variant.config_keys)
+  saved.update(variant.resolved_settings(saved))
+  current.update(variant.resolved_settings(current))
   diffs = [f'{k}: checkpoint {saved.get(k)!r} vs config {current.get(k)!r}'
            for k in keys if k in saved and saved.get(k) != current.get(k)]
   if diffs:
