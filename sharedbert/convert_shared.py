@@ -43,7 +43,7 @@ from sharedbert import validation
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import ModelConfig
+from sharedbert.models.bert import ModelConfig, to_layout, unstack_layers
 
 FLAGS = flags.FLAGS
 
@@ -198,11 +198,13 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
     raise UserError('--target must be a new workdir, not --source')
   validation.workdir(target)
   source_cfg, params, meta, step = convert_hf.read_params(source, step)
+  params = unstack_layers(params)  # The fits work layer by layer; the target keeps the layout.
   target_cfg = target_model_config(source_cfg, attention, masa_atoms, masa_projections)
   if source_cfg.attention != 'standard':
     raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
                     'starts from a standard one')
   new_params, fit = _convert(params, source_cfg, target_cfg)
+  new_params = to_layout(new_params, target_cfg.scan_layers)
   header, rows = fit.header, fit.rows
 
   config = convert_hf.read_workdir_config(source)

@@ -10,6 +10,7 @@ WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -37,7 +38,7 @@ from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
 from sharedbert.errors import UserError
 from sharedbert.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout
 
 # The names of parameters that are exempt from weight decay: biases, LayerNorm, and the
 # per-layer scalars and diagonals of the shared-weight variants.
@@ -144,6 +145,30 @@ def abstract_state(state_shardings, model, tx, seq_len, max_predictions):
   shapes = jax.eval_shape(init, jax.random.key(0))
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                       shapes, state_shardings)
+
+
+def restore_state(reader, model_cfg: ModelConfig, tx, mesh, axis_rules, shardings, seq_len: int,
+                  max_preds: int):
+  """The checkpoint's (state, meta, step), in the layout of `model_cfg.scan_layers`.
+
+  A checkpoint saved with the other layout (layers unrolled, or scanned) is restored as it
+  was saved, then its parameters and optimizer moments are converted (`to_layout`) onto
+  `shardings`: a run may switch model.scan_layers when it resumes.
+  """
+  latest = reader.latest_meta()
+  saved_scan = bool(latest[1].get('model', {}).get('scan_layers', False)) if latest else None
+  if saved_scan is None or saved_scan == model_cfg.scan_layers:
+    model = BertForPretraining(model_cfg)
+    return reader.restore(abstract_state(shardings, model, tx, seq_len, max_preds))
+  saved_model = BertForPretraining(dataclasses.replace(model_cfg, scan_layers=saved_scan))
+  saved_shardings = state_shardings(saved_model, tx, mesh, axis_rules, seq_len, max_preds)
+  state, meta, step = reader.restore(
+      abstract_state(saved_shardings, saved_model, tx, seq_len, max_preds))
+  logging.info('checkpoint %d has the layers %s; converting to the %s layout', step,
+               'scanned' if saved_scan else 'unrolled',
+               'scanned' if model_cfg.scan_layers else 'unrolled')
+  convert = jax.jit(lambda s: to_layout(s, model_cfg.scan_layers), out_shardings=shardings)
+  return convert(state), meta, step
 
 
 # ---------------------------------------------------------------------------------------
@@ -459,9 +484,9 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
     reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
   if reader is not None and reader.latest_step() is not None:
-    target = abstract_state(state_shardings, model, tx, d.seq_len, max_predictions(d))
     del state
-    state, restored_meta, restored = reader.restore(target)
+    state, restored_meta, restored = restore_state(
+        reader, model_cfg, tx, mesh, axis_rules, state_shardings, d.seq_len, max_predictions(d))
     start_step = int(restored_meta['data_position'])
     pending_metrics = restored_meta.get('pending_metrics', [])
     logging.info('Resuming from the checkpoint at step %d in %s', restored, reader.directory)

@@ -156,14 +156,19 @@ class AttentionBase(nn.Module):
     paper_figures   what its paper states at BERT-base (parameter report)
     from_standard   the conversion hook of sharedbert.convert_shared
     output_names    names, in the layer or the shared params, of W_o's parameters
+    scannable       whether it runs under model.scan_layers (a traced layer_index)
   """
   config: Any  # sharedbert.models.bert.ModelConfig
-  layer_index: int = 0
+  # The layer's position in the stack: an int, or a traced scalar under model.scan_layers.
+  layer_index: Any = 0
 
   config_keys: tuple[str, ...] = ()
   # (source, {'qkv'|'attention'|'total': reduction in percent}, total as stated, or None).
   paper_figures: tuple | None = None
   output_names: tuple[str, ...] = ('out',)
+  # False: the class needs layer_index as a Python int, so model.scan_layers (which hands it
+  # a traced index) is refused for it.
+  scannable: bool = True
 
   @classmethod
   def check_config(cls, config) -> None:
@@ -524,7 +529,9 @@ class MasaAttention(AttentionBase):
     if shared is None:
       raise ValueError('masa attention needs the encoder\'s dictionary (shared=...)')
     entry = shared[projection_type]
-    return jnp.einsum('A,A...->...', entry['coefficients'][self.layer_index], entry['atoms'])
+    # jnp: under model.scan_layers the index is traced, which a NumPy array cannot take.
+    coefficients = jnp.asarray(entry['coefficients'])[self.layer_index]
+    return jnp.einsum('A,A...->...', coefficients, entry['atoms'])
 
   def qkv(self, x, shared=None, **kwargs):
     return tuple(self.projection(MASA_TYPES[t])(x, self.layer_kernel(shared, t)) for t in 'qkv')
