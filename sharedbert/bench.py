@@ -327,6 +327,30 @@ def step_memory_fn(size: Size, attention: str, remat: str) -> Callable[[int], in
   return memory
 
 
+def step_compile_seconds(size: Size, attention: str, *, scan_layers: bool,
+                         remat: str | None = None) -> dict:
+  """Seconds to lower and to compile the training step, layers unrolled or scanned
+  (model.scan_layers); the state and batch are abstract, so nothing is allocated."""
+  config = bench_config(size, attention, remat=remat)
+  config.model.scan_layers = scan_layers
+  mesh, axis_rules, _, model, tx, schedule = _step_parts(config)
+  shardings = train.state_shardings(model, tx, mesh, axis_rules, size.seq_len,
+                                    size.max_predictions)
+  target = train.abstract_state(shardings, model, tx, size.seq_len, size.max_predictions)
+  step_fn, _ = train.jit_steps(model, tx, schedule, mesh, shardings, jax.random.key(0), 1)
+  batch_sharding = sharding.batch_sharding(mesh)
+  batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding)
+           for k, v in synthetic_batch(size).items()}
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    t0 = time.perf_counter()
+    lowered = step_fn.lower(target, batch)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+  return {'attention': attention, 'scan_layers': scan_layers, 'remat': config.model.remat,
+          'lower_s': t1 - t0, 'compile_s': t2 - t1, 'memory_bytes': memory_bytes(compiled)}
+
+
 def largest_fitting_batch(memory: Callable[[int], int], budget: int, *, multiple: int = 8,
                           probes: tuple[int, int] = (8, 16)) -> dict:
   """The largest batch (a multiple of `multiple`) whose step memory is within `budget`.

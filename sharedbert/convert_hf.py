@@ -52,7 +52,7 @@ import numpy as np
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import validation
 from sharedbert.errors import UserError, one_line_errors
-from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
 
 FLAGS = flags.FLAGS
 
@@ -606,6 +606,7 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
     model_cfg, params, _, step = read_params(workdir, step)
     what = 'BertForMaskedLM layout, with the pooler'
   hf_config_from_model(model_cfg)  # Refuses what BERT cannot hold, before any work.
+  params = unstack_layers(params)  # Hugging Face's layout is one module per layer.
   tokenizer = tokenizer_lib.load_workdir(workdir)
   if tokenizer is None:
     raise UserError(f'{workdir} holds no vocabulary (vocab.model or vocab.txt); the export '

@@ -43,7 +43,7 @@ from sharedbert import validation
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import ModelConfig
+from sharedbert.models.bert import ModelConfig, to_layout, unstack_layers
 
 FLAGS = flags.FLAGS
 
@@ -52,7 +52,7 @@ def _define_flags():
   """Only when run as a command: importing this module defines no flags."""
   flags.DEFINE_string('source', None, 'Workdir of a trained (or imported) standard model.')
   flags.DEFINE_string('target', None, 'New workdir for the converted model.')
-  flags.DEFINE_enum('attention', None, ['shared', 'masa'], 'The variant to convert to.')
+  flags.DEFINE_enum('attention', None, convertible_variants(), 'The variant to convert to.')
   flags.DEFINE_integer('masa_atoms', 0, 'masa: atoms per projection type (0: ceil(L/3)).')
   flags.DEFINE_string('masa_projections', 'qkvo', 'masa: projection types from the dictionary.')
   flags.DEFINE_integer('step', None, 'The source checkpoint step (default: the latest).')
@@ -155,33 +155,38 @@ def convert_params(params: dict, source_cfg: ModelConfig,
   if source_cfg.attention != 'standard':
     raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
                     'starts from a standard one')
+  out, fit = _convert(params, source_cfg, target_cfg)
+  return out, fit.rows, fit.header
+
+
+def _convert(params, source_cfg, target_cfg) -> tuple[dict, attention_lib.Conversion]:
+  """The target variant's class fits its attention (`from_standard`); the rest is copied."""
   out = copy.deepcopy(params)
   layers = [params['bert'][f'layer_{i}']['attention'] for i in range(source_cfg.num_layers)]
-  rows = []
-  if target_cfg.attention == 'shared':
-    header = ['layer', 'Q,K,V together', 'query', 'key', 'value']
-    for i, attention in enumerate(layers):
-      out['bert'][f'layer_{i}']['attention'], errors = fit_shared(attention)
-      rows.append([str(i)] + [f'{errors[k]:.2e}' for k in ('qkv',) + ROLES])
-  elif target_cfg.attention == 'masa':
-    dictionary, new_layers, errors = fit_masa(layers, target_cfg)
-    out['bert']['shared_attention'] = dictionary
-    for i, attention in enumerate(new_layers):
-      out['bert'][f'layer_{i}']['attention'] = attention
-    types = list(target_cfg.masa_projections)
-    header = ['layer'] + [attention_lib.MASA_TYPES[t] for t in types]
-    for i in range(source_cfg.num_layers):
-      rows.append([str(i)] + [f'{errors[t][i]:.2e}' for t in types])
-  else:
-    raise UserError(f'cannot convert to {target_cfg.attention!r}; choose shared or masa')
-  return out, rows, header
+  fit = attention_lib.VARIANTS[target_cfg.attention].from_standard(layers, target_cfg)
+  for i, attention in enumerate(fit.layers):
+    out['bert'][f'layer_{i}']['attention'] = attention
+  if fit.shared is not None:
+    out['bert']['shared_attention'] = fit.shared
+  return out, fit
+
+
+def convertible_variants() -> list[str]:
+  """The variants whose class has a conversion from standard."""
+  base = attention_lib.AttentionBase.from_standard.__func__
+  return [name for name, cls in attention_lib.VARIANTS.items()
+          if cls.from_standard.__func__ is not base]
 
 
 def target_model_config(source_cfg: ModelConfig, attention: str, masa_atoms: int = 0,
                         masa_projections: str = 'qkvo') -> ModelConfig:
-  cfg = dataclasses.replace(source_cfg, attention=attention)
-  if attention == 'masa':
-    cfg = dataclasses.replace(cfg, masa_atoms=masa_atoms, masa_projections=masa_projections)
+  if attention not in attention_lib.VARIANTS:
+    raise UserError(f'unknown attention variant {attention!r}; convert to one of '
+                    f'{", ".join(convertible_variants())}')
+  settings = {'masa_atoms': masa_atoms, 'masa_projections': masa_projections}
+  own = attention_lib.VARIANTS[attention].config_keys
+  cfg = dataclasses.replace(source_cfg, attention=attention,
+                            **{k: v for k, v in settings.items() if k in own})
   cfg.validate()
   return cfg
 
@@ -193,8 +198,14 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
     raise UserError('--target must be a new workdir, not --source')
   validation.workdir(target)
   source_cfg, params, meta, step = convert_hf.read_params(source, step)
+  params = unstack_layers(params)  # The fits work layer by layer; the target keeps the layout.
   target_cfg = target_model_config(source_cfg, attention, masa_atoms, masa_projections)
-  new_params, rows, header = convert_params(params, source_cfg, target_cfg)
+  if source_cfg.attention != 'standard':
+    raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
+                    'starts from a standard one')
+  new_params, fit = _convert(params, source_cfg, target_cfg)
+  new_params = to_layout(new_params, target_cfg.scan_layers)
+  header, rows = fit.header, fit.rows
 
   config = convert_hf.read_workdir_config(source)
   for key in ('attention', 'masa_atoms', 'masa_projections'):
@@ -208,12 +219,8 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
 
   widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
   fmt = lambda cells: '  '.join(c.rjust(w) for c, w in zip(cells, widths))
-  what = ('W_s, b_s, d_q, d_k, d_v per layer (least squares)' if attention == 'shared' else
-          f'S={attention_lib.masa_num_atoms(target_cfg)} atoms per type '
-          f'({target_cfg.masa_projections}) for {target_cfg.num_layers} layers (matrix PCA)')
-  lines = [f'{source} (standard, step {step}) -> {target} ({attention}): {what}.',
-           'Relative reconstruction error ||W - W_fit||_F / ||W||_F'
-           + (' (weights and biases):' if attention == 'shared' else ' (kernels):'),
+  lines = [f'{source} (standard, step {step}) -> {target} ({attention}): {fit.what}.',
+           f'Relative reconstruction error ||W - W_fit||_F / ||W||_F ({fit.errors_of}):',
            fmt(header), fmt(['-' * w for w in widths])] + [fmt(r) for r in rows]
   return '\n'.join(lines)
 

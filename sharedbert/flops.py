@@ -8,8 +8,10 @@ The accounting of ../DESIGN.md ("Throughput accounting", as MaxText counts it):
   - the vocabulary projection runs only on the gathered masked positions (B*P rows), as
     `BertForPretraining` does; pass `mlm_rows=B*T` for a model that projects every position
     (Hugging Face's `BertForMaskedLM` in its standard usage);
-  - each variant counts the projections it runs: `shared` one D x D product for Q, K and V,
-    `standard` three, `symmetric` two, and so on;
+  - each variant counts the projections it runs (its class's `qkv_flops`, in
+    sharedbert/models/attention.py): `shared` one D x D product for Q, K and V, `standard`
+    three, `symmetric` two, and so on; work that does not scale with the batch (masa's
+    kernels) is its `extra_flops`;
   - elementwise work (softmax, GELU, LayerNorm, the shared diagonals, dropout), gathers and
     the embedding lookups are not counted, and neither is the [CLS] pooler, whose output the
     MLM loss does not use (XLA removes it from the step).
@@ -33,40 +35,12 @@ def matmul(m: int, n: int, k: int) -> int:
   return 2 * m * n * k
 
 
-def _qkv_projection_widths(cfg) -> tuple[list[int], int]:
-  """Output widths of the input projections of one layer, and extra per-token FLOPs.
-
-  Each width w means one [tokens, D] x [D, w] product. The extra term holds per-token
-  products that are not projections of x (pairwise's Q_h P_h).
-  """
-  d, n = cfg.hidden_size, cfg.num_heads
-  h = d // n
-  name = cfg.attention
-  if name in ('standard', 'masa'):
-    return [d, d, d], 0
-  if name == 'shared':
-    return [d], 0
-  if name == 'symmetric':
-    return [d, d], 0
-  if name == 'pairwise':
-    return [d, d], n * matmul(1, h, h)  # Q_h [1, H] x P_h [H, H] per head and token.
-  if name == 'partial_qk':
-    from sharedbert.models.attention import shared_qk_width
-    shared = shared_qk_width(cfg)
-    private = h - shared
-    widths = [n * shared] if shared else []
-    widths += [n * private, n * private] if private else []
-    return widths + [d], 0
-  raise UserError(f'sharedbert.flops has no FLOP count for the attention variant {name!r}; '
-                  'add its projections to sharedbert/flops.py')
-
-
-def _masa_kernel_flops(cfg) -> int:
-  """masa builds each layer's kernels as sum_s c[l, s] A_s: a [1, S] x [S, D*D] product per
-  projection type and layer, independent of the batch."""
-  from sharedbert.models.attention import masa_num_atoms
-  d = cfg.hidden_size
-  return cfg.num_layers * len(cfg.masa_projections) * matmul(1, d * d, masa_num_atoms(cfg))
+def _variant(cfg):
+  from sharedbert.models.attention import VARIANTS  # Its classes count their own products.
+  if cfg.attention not in VARIANTS:
+    raise UserError(f'sharedbert.flops has no FLOP count for the attention variant '
+                    f'{cfg.attention!r}: it is not registered')
+  return VARIANTS[cfg.attention]
 
 
 def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int]:
@@ -77,7 +51,8 @@ def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int
   """
   d, f, v, layers = cfg.hidden_size, cfg.mlp_dim, cfg.vocab_size, cfg.num_layers
   tokens = batch * seq_len
-  widths, extra_per_token = _qkv_projection_widths(cfg)
+  variant = _variant(cfg)
+  widths, extra_per_token = variant.qkv_flops(cfg)
   per_layer = {
       'qkv_projections': sum(matmul(tokens, w, d) for w in widths) + tokens * extra_per_token,
       # Scores Q K^T and context P V: per head [T, H] x [H, T] and [T, T] x [T, H], over all
@@ -88,8 +63,7 @@ def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int
       'ffn': matmul(tokens, f, d) + matmul(tokens, d, f),
   }
   out = {k: layers * x for k, x in per_layer.items()}
-  if cfg.attention == 'masa':
-    out['masa_kernels'] = _masa_kernel_flops(cfg)
+  out.update(variant.extra_flops(cfg))
   out['mlm_transform'] = matmul(mlm_rows, d, d)
   out['mlm_vocab_projection'] = matmul(mlm_rows, v, d)
   return out

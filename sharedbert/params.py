@@ -51,20 +51,15 @@ COMPONENTS = ENCODER_COMPONENTS + ('MLM head',)
 BERT_BASE = dict(num_layers=12, hidden_size=768, num_heads=12, mlp_dim=3072, vocab_size=30522,
                  max_position_embeddings=512, type_vocab_size=2)
 
-# What the papers state for BERT-base, shown beside our counts (reductions in percent).
-PAPER_FIGURES = {
-    'shared': ('Kowsher et al., arXiv 2412.00359',
-               {'qkv': 66.53, 'total': 12.94}, '95.3M'),
-    'pairwise': ('Courtois et al., arXiv 2406.06366', {'total': 6.0}, None),
-    'masa': ('Zhussip et al., arXiv 2508.04581 (Q,K,V,O with S = L/3)',
-             {'attention': 66.7}, None),
-}
-
 _NORM_NAMES = ('LayerNorm', 'attention_norm', 'output_norm', 'final_norm')
 
 
-def component(path: tuple[str, ...]) -> str:
-  """The component of the parameter at `path` (module names, then the parameter's name)."""
+def component(path: tuple[str, ...], variant=attention_lib.AttentionBase) -> str:
+  """The component of the parameter at `path` (module names, then the parameter's name).
+
+  variant: the attention class, which names W_o's parameters (`output_names`). The layers
+  are bert/layer_<i>, or bert/layers when scanned (model.scan_layers).
+  """
   top = path[0]
   if top == 'mlm_head':
     return 'MLM head'
@@ -77,13 +72,13 @@ def component(path: tuple[str, ...]) -> str:
     return 'LayerNorms'
   if part == 'embeddings':
     return 'embeddings'
-  if part == 'shared_attention':  # masa's dictionary: bert/shared_attention/<type>/...
-    return 'attention output' if path[2] == 'o' else 'attention QKV'
-  if part.startswith('layer_'):
+  if part == 'shared_attention':  # Cross-layer params (masa): bert/shared_attention/<name>/...
+    return 'attention output' if path[2] in variant.output_names else 'attention QKV'
+  if part.startswith('layer_') or part == 'layers':
     if path[2] == 'mlp':
       return 'FFN'
     if path[2] == 'attention':
-      return 'attention output' if path[3] == 'out' else 'attention QKV'
+      return 'attention output' if path[3] in variant.output_names else 'attention QKV'
   raise ValueError(f'parameter {"/".join(path)} belongs to no component')
 
 
@@ -101,16 +96,30 @@ def abstract_params(model_cfg: ModelConfig):
 def parameter_counts(model_cfg: ModelConfig) -> dict[str, int]:
   """Parameters per component, 'encoder total' (BertModel) and 'total' (with the MLM head)."""
   counts = dict.fromkeys(COMPONENTS, 0)
+  variant = attention_lib.VARIANTS[model_cfg.attention]
   leaves = jax.tree_util.tree_flatten_with_path(abstract_params(model_cfg))[0]
   for path, leaf in leaves:
     names = tuple(str(getattr(k, 'key', k)) for k in path)
     size = 1
     for dim in leaf.shape:
       size *= int(dim)
-    counts[component(names)] += size
+    counts[component(names, variant)] += size
   counts['encoder total'] = sum(counts[c] for c in ENCODER_COMPONENTS)
   counts['total'] = counts['encoder total'] + counts['MLM head']
   return counts
+
+
+def check_formula(model_cfg: ModelConfig, counts: dict[str, int]) -> str:
+  """Compares the tree's attention counts with the variant's closed form (`param_formula`);
+  a difference is a bug in the one or the other, so it raises. Returns a line for reports."""
+  formula = attention_lib.VARIANTS[model_cfg.attention].param_formula(model_cfg)
+  if formula is None:
+    return ''
+  tree = (counts['attention QKV'], counts['attention output'])
+  if tuple(formula) != tree:
+    raise ValueError(f'{model_cfg.attention}: the parameter tree has (attention QKV, output) = '
+                     f'{tree}, its param_formula says {tuple(formula)}')
+  return 'attention counts agree with the variant\'s closed form (param_formula).'
 
 
 def reduction(value: int, reference: int) -> float:
@@ -124,22 +133,14 @@ def is_bert_base(model_cfg: ModelConfig) -> bool:
 
 def settings_text(model_cfg: ModelConfig) -> str:
   """The variant's own settings, in a few characters."""
-  if model_cfg.attention == 'partial_qk':
-    h = model_cfg.hidden_size // model_cfg.num_heads
-    return (f'rho={model_cfg.qk_shared_fraction:g} '
-            f'({attention_lib.shared_qk_width(model_cfg)}/{h} shared)')
-  if model_cfg.attention == 'masa':
-    return f'S={attention_lib.masa_num_atoms(model_cfg)}, {model_cfg.masa_projections}'
-  return ''
+  return attention_lib.VARIANTS[model_cfg.attention].settings_text(model_cfg)
 
 
 def paper_text(model_cfg: ModelConfig, short: bool = False) -> str:
   """The paper's stated figures for this variant at BERT-base ('' where there are none)."""
-  entry = PAPER_FIGURES.get(model_cfg.attention)
-  if entry is None or not is_bert_base(model_cfg):
-    return ''
-  if model_cfg.attention == 'masa' and (attention_lib.masa_num_atoms(model_cfg) != 4 or
-                                        sorted(model_cfg.masa_projections) != sorted('qkvo')):
+  variant = attention_lib.VARIANTS[model_cfg.attention]
+  entry = variant.paper_figures
+  if entry is None or not is_bert_base(model_cfg) or not variant.paper_applies(model_cfg):
     return ''
   source, figures, total = entry
   labels = {'qkv': 'QKV', 'attention': 'attention', 'total': 'total'}
@@ -173,6 +174,7 @@ def report(model_cfg: ModelConfig) -> str:
   name = model_cfg.attention
   standard = (counts if name == 'standard' else
               parameter_counts(_with_attention(model_cfg, 'standard')))
+  agrees = check_formula(model_cfg, counts)
   rows = []
   for key in COMPONENTS[:-1] + ('encoder total', 'MLM head', 'total'):
     label = {'encoder total': 'encoder total (BertModel)',
@@ -195,12 +197,16 @@ def report(model_cfg: ModelConfig) -> str:
   paper = paper_text(model_cfg)
   if paper:
     lines += [f'paper\'s stated figures: {paper}']
+  if agrees:
+    lines += [agrees]
   return '\n'.join(lines)
 
 
 def report_all(model_cfgs: list[ModelConfig]) -> str:
   """One table of all variants, reductions against the `standard` among them."""
   counts = {c.attention: parameter_counts(c) for c in model_cfgs}
+  for c in model_cfgs:
+    check_formula(c, counts[c.attention])
   if 'standard' not in counts:
     raise UserError('the --all table needs the standard variant as its reference')
   std = counts['standard']
@@ -226,7 +232,7 @@ def report_all(model_cfgs: list[ModelConfig]) -> str:
            'Counted from the parameter trees; encoder total = embeddings + layers + pooler '
            '(BertModel), without the MLM head;',
            'QKV / attention (QKV + output) / total: reduction against standard.', '', table]
-  sources = sorted({PAPER_FIGURES[c.attention][0] for c in model_cfgs
+  sources = sorted({attention_lib.VARIANTS[c.attention].paper_figures[0] for c in model_cfgs
                     if paper_text(c, short=True)})
   if sources:
     lines += ['', 'paper states: ' + '; '.join(sources)]

@@ -10,6 +10,7 @@ WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -40,7 +41,7 @@ from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
 from sharedbert.errors import UserError
 from sharedbert.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout
 
 # The optimizer (sharedbert/optim.py), under the names the callers of this module use.
 NO_DECAY_NAMES = optim_lib.NO_DECAY_NAMES
@@ -122,6 +123,30 @@ def abstract_state(state_shardings, model, tx, seq_len, max_predictions):
   shapes = jax.eval_shape(init, jax.random.key(0))
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                       shapes, state_shardings)
+
+
+def restore_state(reader, model_cfg: ModelConfig, tx, mesh, axis_rules, shardings, seq_len: int,
+                  max_preds: int):
+  """The checkpoint's (state, meta, step), in the layout of `model_cfg.scan_layers`.
+
+  A checkpoint saved with the other layout (layers unrolled, or scanned) is restored as it
+  was saved, then its parameters and optimizer moments are converted (`to_layout`) onto
+  `shardings`: a run may switch model.scan_layers when it resumes.
+  """
+  latest = reader.latest_meta()
+  saved_scan = bool(latest[1].get('model', {}).get('scan_layers', False)) if latest else None
+  if saved_scan is None or saved_scan == model_cfg.scan_layers:
+    model = BertForPretraining(model_cfg)
+    return reader.restore(abstract_state(shardings, model, tx, seq_len, max_preds))
+  saved_model = BertForPretraining(dataclasses.replace(model_cfg, scan_layers=saved_scan))
+  saved_shardings = state_shardings(saved_model, tx, mesh, axis_rules, seq_len, max_preds)
+  state, meta, step = reader.restore(
+      abstract_state(saved_shardings, saved_model, tx, seq_len, max_preds))
+  logging.info('checkpoint %d has the layers %s; converting to the %s layout', step,
+               'scanned' if saved_scan else 'unrolled',
+               'scanned' if model_cfg.scan_layers else 'unrolled')
+  convert = jax.jit(lambda s: to_layout(s, model_cfg.scan_layers), out_shardings=shardings)
+  return convert(state), meta, step
 
 
 # ---------------------------------------------------------------------------------------
@@ -301,17 +326,14 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
   saved = dict(meta.get('model', {}))
   current = model_cfg.to_dict()
   # Settings that change the parameter tree (or its meaning) must match to resume; a
-  # variant's own settings only for that variant, and masa's atom count as resolved
-  # (0 means ceil(L/3), so 0 and its value are the same model).
+  # variant's own settings (its class's config_keys) only for that variant, as resolved
+  # (masa: 0 atoms means ceil(L/3), so 0 and its value are the same model).
   keys = ['attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
           'max_position_embeddings', 'type_vocab_size', 'pre_layer_norm']
-  if model_cfg.attention == 'masa':
-    keys += ['masa_atoms', 'masa_projections']
-    if 'masa_atoms' in saved and 'num_layers' in saved:
-      saved['masa_atoms'] = saved['masa_atoms'] or -(-saved['num_layers'] // 3)
-    current['masa_atoms'] = attention_lib.masa_num_atoms(model_cfg)
-  if model_cfg.attention == 'partial_qk':
-    keys.append('qk_shared_fraction')
+  variant = attention_lib.VARIANTS[model_cfg.attention]
+  keys += list(variant.config_keys)
+  saved.update(variant.resolved_settings(saved))
+  current.update(variant.resolved_settings(current))
   diffs = [f'{k}: checkpoint {saved.get(k)!r} vs config {current.get(k)!r}'
            for k in keys if k in saved and saved.get(k) != current.get(k)]
   if diffs:
@@ -433,9 +455,9 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
     reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
   if reader is not None and reader.latest_step() is not None:
-    target = abstract_state(state_shardings, model, tx, d.seq_len, max_predictions(d))
     del state
-    state, restored_meta, restored = reader.restore(target)
+    state, restored_meta, restored = restore_state(
+        reader, model_cfg, tx, mesh, axis_rules, state_shardings, d.seq_len, max_predictions(d))
     start_step = int(restored_meta['data_position'])
     pending_metrics = restored_meta.get('pending_metrics', [])
     logging.info('Resuming from the checkpoint at step %d in %s', restored, reader.directory)

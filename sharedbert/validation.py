@@ -119,6 +119,7 @@ MODEL = {
     'initializer_range': number(0, low_open=True),
     'layer_norm_eps': number(0, low_open=True),
     'pre_layer_norm': BOOL,
+    'scan_layers': BOOL,
     'diag_init': number(),
     'qk_shared_fraction': number(0, 1),
     'masa_atoms': integer(0, text='a positive integer, or 0 for ceil(num_layers / 3)'),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sharedbert import params as params_lib
+from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,8 @@ def test_bert_base_figures_from_the_tree():
 def test_report_prints_the_figures_and_the_papers():
   text = params_lib.report(base('shared'))
   for figure in ('95,335,680', '109,482,240', '-66.54%', '-12.92%', '622,650',
-                 'QKV -66.53%, total -12.94%, 95.3M', 'Kowsher et al.'):
+                 'QKV -66.53%, total -12.94%, 95.3M', 'Kowsher et al.',
+                 "agree with the variant's closed form"):
     assert figure in text, figure
   # A smaller model is not what the paper states figures for.
   assert 'Kowsher' not in params_lib.report(
@@ -81,6 +83,8 @@ def test_counts_follow_the_design_formulas(attention, kw):
   cfg = ModelConfig(attention=attention, **SMALL, **kw)
   counts = params_lib.parameter_counts(cfg)
   assert (counts['attention QKV'], counts['attention output']) == qkv_formula(cfg)
+  # The variant's own closed form (what the report checks) is DESIGN.md's.
+  assert attention_lib.VARIANTS[attention].param_formula(cfg) == qkv_formula(cfg)
   # Everything else is the same for all variants.
   d, f, layers = SMALL['hidden_size'], SMALL['mlp_dim'], SMALL['num_layers']
   assert counts['embeddings'] == (SMALL['vocab_size'] + SMALL['max_position_embeddings']

@@ -30,6 +30,7 @@ H head width, G a second head-width axis, C the three roles (q, k, v), A atoms.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -126,19 +127,94 @@ def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dt
   return jnp.einsum('BNTS,BSNH->BTNH', probs.astype(dtype), v.astype(dtype))
 
 
+@dataclasses.dataclass
+class Conversion:
+  """A variant's attention fitted to a standard model's (`AttentionBase.from_standard`)."""
+  layers: list[dict]    # Each layer's new attention params.
+  shared: dict | None   # The encoder's cross-layer params (bert/shared_attention), if any.
+  header: list[str]     # The table of reconstruction errors: its header and rows.
+  rows: list[list[str]]
+  what: str             # What was fitted, for the report.
+  errors_of: str = 'kernels'
+
+
 class AttentionBase(nn.Module):
   """Common plumbing: subclasses implement `qkv(x) -> (q, k, v)`, each [B,T,N,H].
 
   A subclass may also override `output_kernel` (W_o from elsewhere), `check_config`
   (validate its settings) and set `shared_params`, a module factory whose output the
   encoder computes once per forward pass and hands to every layer as `shared=`.
+
+  Everything else the code base needs to know about a variant is asked of its class, so
+  that a new variant is one class and one config file (README, "Adding a variant"):
+    param_formula   closed-form parameter counts, checked by sharedbert.params against the tree
+    qkv_flops       its input projections' FLOPs (sharedbert.flops)
+    extra_flops     FLOPs that do not scale with the batch (masa's kernels)
+    config_keys     its own model settings that change the parameter tree (a resumed run
+                    must match them); `resolved_settings` gives their effective values
+    settings_text   those settings in a few characters (reports)
+    paper_figures   what its paper states at BERT-base (parameter report)
+    from_standard   the conversion hook of sharedbert.convert_shared
+    output_names    names, in the layer or the shared params, of W_o's parameters
+    scannable       whether it runs under model.scan_layers (a traced layer_index)
   """
   config: Any  # sharedbert.models.bert.ModelConfig
-  layer_index: int = 0
+  # The layer's position in the stack: an int, or a traced scalar under model.scan_layers.
+  layer_index: Any = 0
+
+  config_keys: tuple[str, ...] = ()
+  # (source, {'qkv'|'attention'|'total': reduction in percent}, total as stated, or None).
+  paper_figures: tuple | None = None
+  output_names: tuple[str, ...] = ('out',)
+  # False: the class needs layer_index as a Python int, so model.scan_layers (which hands it
+  # a traced index) is refused for it.
+  scannable: bool = True
 
   @classmethod
   def check_config(cls, config) -> None:
     """Raises UserError for settings this variant cannot use."""
+
+  @classmethod
+  def param_formula(cls, config) -> tuple[int, int] | None:
+    """(attention QKV, attention output) parameters of the whole stack, in closed form
+    (../shared/DESIGN.md's table); None: no closed form, the report only counts the tree."""
+    return None
+
+  @classmethod
+  def qkv_flops(cls, config) -> tuple[list[int], int]:
+    """Output widths of one layer's input projections, and extra per-token FLOPs.
+
+    Each width w means one [tokens, D] x [D, w] product; the extra term holds per-token
+    products that are not projections of x (pairwise's Q_h P_h).
+    """
+    raise UserError(f'sharedbert.flops has no FLOP count for the attention variant '
+                    f'{config.attention!r}; define qkv_flops on its class')
+
+  @classmethod
+  def extra_flops(cls, config) -> dict[str, int]:
+    """Forward FLOPs per step that do not depend on the batch, by name."""
+    return {}
+
+  @classmethod
+  def resolved_settings(cls, model: dict) -> dict:
+    """The effective values of `config_keys` in a model config dict (keys it lacks are left
+    out): what a checkpoint's model must share with a config that resumes it."""
+    return {k: model[k] for k in cls.config_keys if k in model}
+
+  @classmethod
+  def settings_text(cls, config) -> str:
+    return ''
+
+  @classmethod
+  def paper_applies(cls, config) -> bool:
+    """Whether `paper_figures` are for this setting (the size is checked by the caller)."""
+    return True
+
+  @classmethod
+  def from_standard(cls, layers: list[dict], config):
+    """standard layers' attention params (NumPy) -> a `Conversion`."""
+    raise UserError(f'cannot convert to {config.attention!r}; the variant has no conversion '
+                    'from standard (from_standard)')
 
   @property
   def head_dim(self) -> int:
@@ -171,9 +247,22 @@ class AttentionBase(nn.Module):
     return output_projection(self, out, c.hidden_size, kernel=self.output_kernel(**kwargs))
 
 
+def _dense(config) -> int:
+  """A D x D projection with its bias."""
+  return config.hidden_size * (config.hidden_size + 1)
+
+
 @register('standard')
 class StandardAttention(AttentionBase):
   """BERT: three independent projections."""
+
+  @classmethod
+  def param_formula(cls, config):
+    return config.num_layers * 3 * _dense(config), config.num_layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size] * 3, 0
 
   def qkv(self, x, **kwargs):
     return self.projection('query')(x), self.projection('key')(x), self.projection('value')(x)
@@ -182,6 +271,28 @@ class StandardAttention(AttentionBase):
 @register('shared')
 class SharedAttention(AttentionBase):
   """One projection S = xW_s + b_s; the roles are S scaled by per-layer diagonals."""
+  paper_figures = ('Kowsher et al., arXiv 2412.00359', {'qkv': 66.53, 'total': 12.94}, '95.3M')
+
+  @classmethod
+  def param_formula(cls, config):
+    d, layers = config.hidden_size, config.num_layers
+    return layers * (_dense(config) + 3 * d), layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size], 0
+
+  @classmethod
+  def from_standard(cls, layers, config):
+    from sharedbert import convert_shared  # NumPy fitting; imports this module.
+    new_layers, rows = [], []
+    for i, attention in enumerate(layers):
+      fitted, errors = convert_shared.fit_shared(attention)
+      new_layers.append(fitted)
+      rows.append([str(i)] + [f'{errors[k]:.2e}' for k in ('qkv',) + convert_shared.ROLES])
+    header = ['layer', 'Q,K,V together', 'query', 'key', 'value']
+    return Conversion(new_layers, None, header, rows,
+                      'W_s, b_s, d_q, d_k, d_v per layer (least squares)', 'weights and biases')
 
   def qkv(self, x, **kwargs):
     c = self.config
@@ -201,6 +312,14 @@ class SharedAttention(AttentionBase):
 class SymmetricAttention(AttentionBase):
   """K = Q: one projection for queries and keys, so every head's score matrix is symmetric."""
 
+  @classmethod
+  def param_formula(cls, config):
+    return config.num_layers * 2 * _dense(config), config.num_layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size] * 2, 0
+
   def qkv(self, x, **kwargs):
     q = self.projection('query')(x)
     return q, q, self.projection('value')(x)
@@ -209,6 +328,20 @@ class SymmetricAttention(AttentionBase):
 @register('pairwise')
 class PairwiseAttention(AttentionBase):
   """Symmetric projections with a learned bilinear form per head: score = Q_h P_h Q_h^T."""
+  paper_figures = ('Courtois et al., arXiv 2406.06366', {'total': 6.0}, None)
+
+  @classmethod
+  def param_formula(cls, config):
+    n, h = config.num_heads, config.hidden_size // config.num_heads
+    return (config.num_layers * (2 * _dense(config) + n * h * h),
+            config.num_layers * _dense(config))
+
+  @classmethod
+  def qkv_flops(cls, config):
+    from sharedbert.flops import matmul
+    h = config.hidden_size // config.num_heads
+    # Q_h [1, H] x P_h [H, H] per head and token.
+    return [config.hidden_size] * 2, config.num_heads * matmul(1, h, h)
 
   def qkv(self, x, **kwargs):
     c = self.config
@@ -231,6 +364,27 @@ def shared_qk_width(config) -> int:
 @register('partial_qk')
 class PartialQKAttention(AttentionBase):
   """The first floor(rho*H) columns of each head's Q and K are shared ('query_key')."""
+  config_keys = ('qk_shared_fraction',)
+
+  @classmethod
+  def param_formula(cls, config):
+    d, n, r = config.hidden_size, config.num_heads, shared_qk_width(config)
+    private = d // n - r
+    per_layer = n * r * (d + 1) + 2 * n * private * (d + 1) + _dense(config)
+    return config.num_layers * per_layer, config.num_layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    n, shared = config.num_heads, shared_qk_width(config)
+    private = config.hidden_size // n - shared
+    widths = [n * shared] if shared else []
+    widths += [n * private, n * private] if private else []
+    return widths + [config.hidden_size], 0
+
+  @classmethod
+  def settings_text(cls, config):
+    h = config.hidden_size // config.num_heads
+    return f'rho={config.qk_shared_fraction:g} ({shared_qk_width(config)}/{h} shared)'
 
   @classmethod
   def check_config(cls, config):
@@ -305,6 +459,58 @@ class MasaDictionary(nn.Module):
 class MasaAttention(AttentionBase):
   """Each configured projection's kernel is sum_s c[l, s] A_s from the encoder's dictionary."""
   shared_params = MasaDictionary
+  config_keys = ('masa_atoms', 'masa_projections')
+  paper_figures = ('Zhussip et al., arXiv 2508.04581 (Q,K,V,O with S = L/3)',
+                   {'attention': 66.7}, None)
+  output_names = ('out', 'o')  # The layer's W_o bias; the dictionary's o atoms.
+
+  @classmethod
+  def param_formula(cls, config):
+    d, layers, s = config.hidden_size, config.num_layers, masa_num_atoms(config)
+    per_type = s * d * d + layers * s + layers * d  # Atoms, coefficients, biases.
+    qkv_types = len(set(config.masa_projections) & set('qkv'))
+    dense = layers * _dense(config)
+    out = per_type if 'o' in config.masa_projections else dense
+    return qkv_types * per_type + (3 - qkv_types) * dense, out
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size] * 3, 0
+
+  @classmethod
+  def extra_flops(cls, config):
+    """Each layer's kernels sum_s c[l, s] A_s: a [1, S] x [S, D*D] product per projection type
+    and layer, independent of the batch."""
+    from sharedbert.flops import matmul
+    d = config.hidden_size
+    return {'masa_kernels': config.num_layers * len(config.masa_projections)
+            * matmul(1, d * d, masa_num_atoms(config))}
+
+  @classmethod
+  def resolved_settings(cls, model):
+    out = super().resolved_settings(model)
+    if 'masa_atoms' in out and 'num_layers' in model:  # 0 means ceil(L/3): the same model.
+      out['masa_atoms'] = out['masa_atoms'] or -(-model['num_layers'] // 3)
+    return out
+
+  @classmethod
+  def settings_text(cls, config):
+    return f'S={masa_num_atoms(config)}, {config.masa_projections}'
+
+  @classmethod
+  def paper_applies(cls, config):
+    return masa_num_atoms(config) == 4 and sorted(config.masa_projections) == sorted('qkvo')
+
+  @classmethod
+  def from_standard(cls, layers, config):
+    from sharedbert import convert_shared  # NumPy fitting; imports this module.
+    dictionary, new_layers, errors = convert_shared.fit_masa(layers, config)
+    types = list(config.masa_projections)
+    header = ['layer'] + [MASA_TYPES[t] for t in types]
+    rows = [[str(i)] + [f'{errors[t][i]:.2e}' for t in types] for i in range(len(layers))]
+    what = (f'S={masa_num_atoms(config)} atoms per type ({config.masa_projections}) for '
+            f'{config.num_layers} layers (matrix PCA)')
+    return Conversion(new_layers, dictionary, header, rows, what)
 
   @classmethod
   def check_config(cls, config):
@@ -323,7 +529,9 @@ class MasaAttention(AttentionBase):
     if shared is None:
       raise ValueError('masa attention needs the encoder\'s dictionary (shared=...)')
     entry = shared[projection_type]
-    return jnp.einsum('A,A...->...', entry['coefficients'][self.layer_index], entry['atoms'])
+    # jnp: under model.scan_layers the index is traced, which a NumPy array cannot take.
+    coefficients = jnp.asarray(entry['coefficients'])[self.layer_index]
+    return jnp.einsum('A,A...->...', coefficients, entry['atoms'])
 
   def qkv(self, x, shared=None, **kwargs):
     return tuple(self.projection(MASA_TYPES[t])(x, self.layer_kernel(shared, t)) for t in 'qkv')

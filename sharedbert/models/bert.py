@@ -14,6 +14,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
@@ -42,6 +43,7 @@ class ModelConfig:
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
   remat: str = 'none'
+  scan_layers: bool = False
   attention_impl: str = 'xla'
   diag_init: float = 1.0
   qk_shared_fraction: float = 0.5
@@ -68,7 +70,11 @@ class ModelConfig:
     if self.attention not in attention_lib.VARIANTS:
       raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
                       f'choose one of: {", ".join(sorted(attention_lib.VARIANTS))}')
-    attention_lib.VARIANTS[self.attention].check_config(self)
+    variant = attention_lib.VARIANTS[self.attention]
+    variant.check_config(self)
+    if self.scan_layers and not variant.scannable:
+      raise UserError(f'the attention variant {self.attention!r} cannot be scanned (it needs '
+                      'each layer\'s index as a Python int); set model.scan_layers=False')
     if self.hidden_size % self.num_heads:
       raise UserError(f'model.hidden_size={self.hidden_size} is not divisible by '
                       f'model.num_heads={self.num_heads}')
@@ -152,8 +158,12 @@ class EncoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x, mask, deterministic: bool, shared: Any = None):
+    return self.sublayers(x, mask, deterministic, shared, self.layer_index)
+
+  def sublayers(self, x, mask, deterministic: bool, shared: Any, layer_index):
+    """The layer's computation (its modules are made here, inside the compact call)."""
     c = self.config
-    attn = attention_lib.VARIANTS[c.attention](c, self.layer_index, name='attention')
+    attn = attention_lib.VARIANTS[c.attention](c, layer_index, name='attention')
     ffn = FeedForward(c, name='mlp')
     drop = Dropout(c.dropout_rate)
     kwargs = {} if shared is None else {'shared': shared}
@@ -167,6 +177,33 @@ class EncoderLayer(nn.Module):
                    deterministic=deterministic))
       x = layer_norm(c, 'output_norm')(x + drop(ffn(x), deterministic=deterministic))
     return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
+
+
+class ScannedEncoderLayer(EncoderLayer):
+  """One layer as the body of nn.scan over the stack (model.scan_layers).
+
+  The layer index is scanned over (jnp.arange(L)), so a variant that indexes per-layer
+  parameters (masa's coefficients) does so with a traced index; the mask and the encoder's
+  cross-layer params are broadcast. Returns (x, x) to collect hidden states, else (x, None).
+  """
+
+  @nn.compact
+  def __call__(self, x, layer_index, mask, shared, deterministic: bool, hidden_states: bool):
+    x = self.sublayers(x, mask, deterministic, shared, layer_index)
+    return x, (x if hidden_states else None)
+
+
+def scanned_layers(c: ModelConfig):
+  """nn.scan over the encoder layers: params stacked on a leading 'layers' axis, with
+  nn.remat inside the body when model.remat asks for it."""
+  body = ScannedEncoderLayer
+  if c.remat != 'none':
+    # deterministic and hidden_states (arguments 5 and 6, counting the module) are static.
+    body = nn.remat(body, policy=_REMAT_POLICIES[c.remat], prevent_cse=False,
+                    static_argnums=(5, 6))
+  return nn.scan(body, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
+                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                 length=c.num_layers, metadata_params={nn.PARTITION_NAME: 'layers'})
 
 
 _REMAT_POLICIES = {
@@ -190,7 +227,10 @@ class BertEncoder(nn.Module):
     # every layer; a variant that needs them registers a `shared_params` factory.
     factory = getattr(attention_lib.VARIANTS[c.attention], 'shared_params', None)
     self.shared = factory(c, name='shared_attention') if factory else None
-    self.layers = [layer_cls(c, i, name=f'layer_{i}') for i in range(c.num_layers)]
+    if c.scan_layers:  # bert/layers/..., each parameter [L, ...] (stack_layers converts).
+      self.layers = scanned_layers(c)(c, name='layers')
+    else:
+      self.layers = [layer_cls(c, i, name=f'layer_{i}') for i in range(c.num_layers)]
     if c.pre_layer_norm:
       self.final_norm = layer_norm(c, 'final_norm')
     self.pooler = dense(c, c.hidden_size, ('embed', None), 'pooler')
@@ -209,9 +249,15 @@ class BertEncoder(nn.Module):
     mask = input_mask.astype(bool)[:, None, None, :]
     shared = self.shared() if self.shared is not None else None
     hidden_states = [x]
-    for layer in self.layers:
-      x = layer(x, mask, deterministic, shared)
-      hidden_states.append(x)
+    if self.config.scan_layers:
+      x, stacked = self.layers(x, jnp.arange(self.config.num_layers), mask, shared,
+                               deterministic, return_hidden_states)
+      if return_hidden_states:
+        hidden_states += list(stacked)
+    else:
+      for layer in self.layers:
+        x = layer(x, mask, deterministic, shared)
+        hidden_states.append(x)
     if self.config.pre_layer_norm:
       x = self.final_norm(x)
       hidden_states[-1] = x
@@ -293,3 +339,53 @@ class BertForSequenceClassification(nn.Module):
     h = Dropout(self.config.dropout_rate)(out['pooled_output'], deterministic=deterministic)
     return dense(self.config, self.num_labels, ('embed', None), 'classifier')(h).astype(
         jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# The two layouts of the layers' parameters: bert/layer_<i>/... (unrolled) and
+# bert/layers/... with a leading [L] axis (model.scan_layers). The functions convert a
+# parameter tree, or any tree that holds one (a train state, an optimizer's moments).
+
+def _is_encoder(node) -> bool:
+  return isinstance(node, dict) and ('layer_0' in node or 'layers' in node) and (
+      'embeddings' in node or 'pooler' in node)
+
+
+def _stack(xs):
+  return np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs) else jnp.stack(xs)
+
+
+def _stack_encoder(node):
+  if not _is_encoder(node) or 'layers' in node:
+    return node
+  count = sum(1 for k in node if k.startswith('layer_'))
+  out = {k: v for k, v in node.items() if not k.startswith('layer_')}
+  out['layers'] = jax.tree.map(lambda *xs: _stack(xs),
+                               *[node[f'layer_{i}'] for i in range(count)])
+  return out
+
+
+def _unstack_encoder(node):
+  if not _is_encoder(node) or 'layers' not in node:
+    return node
+  out = {k: v for k, v in node.items() if k != 'layers'}
+  count = jax.tree.leaves(node['layers'])[0].shape[0]
+  for i in range(count):
+    out[f'layer_{i}'] = jax.tree.map(lambda x: x[i], node['layers'])
+  return out
+
+
+def stack_layers(tree):
+  """bert/layer_<i>/... -> bert/layers/... ([L, ...] each), wherever an encoder's params
+  appear in `tree`; a tree already stacked is returned as it is."""
+  return jax.tree.map(_stack_encoder, tree, is_leaf=_is_encoder)
+
+
+def unstack_layers(tree):
+  """bert/layers/... ([L, ...] each) -> bert/layer_<i>/...: the inverse of stack_layers."""
+  return jax.tree.map(_unstack_encoder, tree, is_leaf=_is_encoder)
+
+
+def to_layout(tree, scan_layers: bool):
+  """`tree` in the layout of model.scan_layers=scan_layers, whichever it is in now."""
+  return stack_layers(tree) if scan_layers else unstack_layers(tree)
