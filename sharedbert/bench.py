@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
 import importlib.util
 import json
@@ -36,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any
 
 from absl import app
 from absl import flags
@@ -50,54 +49,17 @@ from sharedbert import config as config_lib
 from sharedbert import flops as flops_lib
 from sharedbert import paths
 from sharedbert import sharding
-from sharedbert import train
-from sharedbert.data.pretrain import InMemoryData, mask_rows, prefetch
+from sharedbert import pretrain_step
+from sharedbert.data.pretrain import InMemoryData, prefetch
 from sharedbert.data.tokenizer import CLS_ID, NUM_SPECIAL
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.bert import ModelConfig
+from sharedbert.bench_memory import largest_fitting_batch, memory_budget_bytes, step_memory_fn
+from sharedbert.bench_report import render_markdown, write_markdown
+from sharedbert.bench_sizes import (BERT_BASE, GIB, SIZES, Size, bench_config, memory_bytes,
+                                    step_parts, synthetic_batch)
 
-GIB = 1 << 30
-MARK_BEGIN, MARK_END = '<!-- bench:begin -->', '<!-- bench:end -->'
-
-
-@dataclasses.dataclass(frozen=True)
-class Size:
-  """One benchmark shape: the model, the batch, and how it computes."""
-  num_layers: int
-  hidden_size: int
-  num_heads: int
-  mlp_dim: int
-  vocab_size: int
-  batch: int
-  seq_len: int = 128
-  max_predictions: int = 20
-  dtype: str = 'float32'
-  attention_impl: str = 'xla'
-  attention_dropout_rate: float = 0.1
-  remat: str = 'none'
-
-  def text(self) -> str:
-    return (f'{self.num_layers} layers, D={self.hidden_size}, {self.num_heads} heads, '
-            f'FFN {self.mlp_dim}, vocabulary {self.vocab_size}, batch {self.batch}, '
-            f'sequence {self.seq_len}, {self.dtype}')
-
-
-BERT_BASE = dict(num_layers=12, hidden_size=768, num_heads=12, mlp_dim=3072, vocab_size=30522)
-
-SIZES = {
-    'small': Size(4, 256, 4, 1024, 8192, batch=32),
-    'base_width': Size(2, 768, 12, 3072, 8192, batch=16),
-    # The GPU check: BERT-base, bfloat16, fused attention. Fused attention has no attention-
-    # probability dropout (sharedbert falls back to the einsum path when it is on), so it is 0.
-    'gpu_base': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
-                     attention_dropout_rate=0.0),
-    # Seconds on a CPU: for tests and quick checks of the harness.
-    'smoke': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3),
-    'smoke_fused_bf16': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3,
-                             dtype='bfloat16', attention_impl='fused',
-                             attention_dropout_rate=0.0),
-}
 
 # (size, what is compared, threshold); the ratios come from one run.
 CPU_TARGETS = (
@@ -139,39 +101,6 @@ DATASHEET_PEAK = {
 # ---------------------------------------------------------------------------------------
 # The JAX side.
 
-def bench_config(size: Size, attention: str, remat: str | None = None):
-  """The pretraining config of the `small` recipe, reshaped to `size`."""
-  config = config_lib.pretrain_config(attention, 'size=small')
-  m = config.model
-  for key in ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim', 'vocab_size', 'dtype',
-              'attention_impl', 'attention_dropout_rate'):
-    m[key] = getattr(size, key)
-  m.remat = remat or size.remat
-  m.max_position_embeddings = max(m.max_position_embeddings, size.seq_len)
-  config.data.batch_size = size.batch
-  config.data.seq_len = size.seq_len
-  config.data.max_predictions = size.max_predictions
-  return config
-
-
-def synthetic_batch(size: Size, seed: int = 0) -> dict[str, np.ndarray]:
-  """Random full rows ([CLS] then tokens), masked by the pipeline's own `mask_rows`."""
-  rng = np.random.default_rng(seed)
-  rows = rng.integers(NUM_SPECIAL, size.vocab_size, (size.batch, size.seq_len), dtype=np.int32)
-  rows[:, 0] = CLS_ID
-  keys = np.stack([np.zeros(size.batch, np.int64), np.arange(size.batch)], axis=1)
-  return mask_rows(rows, keys, seed=seed, mask_rate=0.15, max_predictions=size.max_predictions,
-                   vocab_size=size.vocab_size)
-
-
-def memory_bytes(compiled) -> int | None:
-  """XLA's buffers for one call: arguments + outputs + temporaries, less donated aliases."""
-  mem = compiled.memory_analysis()
-  if mem is None:
-    return None
-  return int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
-             - mem.alias_size_in_bytes)
-
 
 def _xla_flops(compiled, num_devices: int) -> float | None:
   """XLA's own FLOP count (elementwise work included) for the whole step; XLA reports it
@@ -184,15 +113,6 @@ def _xla_flops(compiled, num_devices: int) -> float | None:
     return None
 
 
-def _step_parts(config):
-  mesh = sharding.make_mesh(config.mesh)
-  axis_rules = sharding.rules(config)
-  model_cfg = ModelConfig.from_config(config.model)
-  model = BertForPretraining(model_cfg)
-  tx, schedule = train.make_optimizer(config.optim, config.total_steps)
-  return mesh, axis_rules, model_cfg, model, tx, schedule
-
-
 class StepTimer:
   """sharedbert's training step for one size and variant, compiled once and timed on demand.
 
@@ -203,12 +123,12 @@ class StepTimer:
   def __init__(self, size: Size, attention: str, batch: dict[str, np.ndarray] | None = None):
     self.size, self.attention = size, attention
     config = bench_config(size, attention)
-    mesh, axis_rules, self.model_cfg, model, tx, schedule = _step_parts(config)
+    mesh, axis_rules, self.model_cfg, model, tx, schedule = step_parts(config)
     self.mesh, self.axis_rules = mesh, axis_rules
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
-    self.state, state_shardings = train.create_train_state(
+    self.state, state_shardings = pretrain_step.create_train_state(
         model, tx, init_rng, mesh, axis_rules, size.seq_len, size.max_predictions)
-    step_fn, _ = train.jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, 1)
+    step_fn, _ = pretrain_step.jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, 1)
     batch = synthetic_batch(size) if batch is None else batch
     with self._context():
       self.batch = sharding.global_batch(batch, mesh)
@@ -285,112 +205,6 @@ def measure_matmul_peak(n: int, dtype: str, reps: int = 5) -> float:
 
 # ---------------------------------------------------------------------------------------
 # Memory: the largest batch that fits, from compiling only.
-
-def memory_budget_bytes() -> tuple[int, str]:
-  """What a step may use: the accelerator's memory, or 90% of the host's RAM on CPU (the
-  rest is left to the process itself, the input pipeline and the OS)."""
-  device = jax.devices()[0]
-  stats = device.memory_stats() if device.platform != 'cpu' else None
-  if stats and stats.get('bytes_limit'):
-    return int(stats['bytes_limit']), f'{device.device_kind} memory'
-  ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
-  return int(0.9 * ram), f'90% of the host RAM ({ram / GIB:.1f} GiB)'
-
-
-def step_memory_fn(size: Size, attention: str, remat: str) -> Callable[[int], int]:
-  """batch -> XLA's memory for the training step at that batch, by compiling only.
-
-  The state is created once (its layout does not depend on the batch); each call lowers the
-  step for an abstract batch and reads the compiled executable's memory analysis.
-  """
-  config = bench_config(size, attention, remat=remat)
-  mesh, axis_rules, model_cfg, model, tx, schedule = _step_parts(config)
-  init_rng, dropout_rng = jax.random.split(jax.random.key(0))
-  state, state_shardings = train.create_train_state(
-      model, tx, init_rng, mesh, axis_rules, size.seq_len, size.max_predictions)
-  del state
-  target = train.abstract_state(state_shardings, model, tx, size.seq_len, size.max_predictions)
-  step_fn, _ = train.jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, 1)
-  batch_sharding = sharding.batch_sharding(mesh)
-
-  def memory(batch: int) -> int:
-    example = synthetic_batch(dataclasses.replace(size, batch=1))
-    abstract = {k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype, sharding=batch_sharding)
-                for k, v in example.items()}
-    with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
-      lowered = step_fn.lower(target, abstract)
-    # Buffer assignment precedes code generation, so the memory analysis does not depend on
-    # the backend's optimisation level; level 0 compiles a third faster on a CPU (BERT-base).
-    compiled = lowered.compile(compiler_options={'xla_backend_optimization_level': 0})
-    return memory_bytes(compiled)
-
-  return memory
-
-
-def step_compile_seconds(size: Size, attention: str, *, scan_layers: bool,
-                         remat: str | None = None) -> dict:
-  """Seconds to lower and to compile the training step, layers unrolled or scanned
-  (model.scan_layers); the state and batch are abstract, so nothing is allocated."""
-  config = bench_config(size, attention, remat=remat)
-  config.model.scan_layers = scan_layers
-  mesh, axis_rules, _, model, tx, schedule = _step_parts(config)
-  shardings = train.state_shardings(model, tx, mesh, axis_rules, size.seq_len,
-                                    size.max_predictions)
-  target = train.abstract_state(shardings, model, tx, size.seq_len, size.max_predictions)
-  step_fn, _ = train.jit_steps(model, tx, schedule, mesh, shardings, jax.random.key(0), 1)
-  batch_sharding = sharding.batch_sharding(mesh)
-  batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding)
-           for k, v in synthetic_batch(size).items()}
-  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
-    t0 = time.perf_counter()
-    lowered = step_fn.lower(target, batch)
-    t1 = time.perf_counter()
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
-  return {'attention': attention, 'scan_layers': scan_layers, 'remat': config.model.remat,
-          'lower_s': t1 - t0, 'compile_s': t2 - t1, 'memory_bytes': memory_bytes(compiled)}
-
-
-def largest_fitting_batch(memory: Callable[[int], int], budget: int, *, multiple: int = 8,
-                          probes: tuple[int, int] = (8, 16)) -> dict:
-  """The largest batch (a multiple of `multiple`) whose step memory is within `budget`.
-
-  Memory grows about linearly with the batch, so two compiles predict the limit; a
-  bisection over multiples of `multiple`, started from that prediction, then confirms it
-  with real compiles. Assumes memory does not decrease as the batch grows.
-  """
-  seen: dict[int, int] = {}
-
-  def fits(batch: int) -> bool:
-    if batch not in seen:
-      seen[batch] = memory(batch)
-    return seen[batch] <= budget
-
-  a, b = probes
-  fits(a), fits(b)
-  slope = max((seen[b] - seen[a]) / (b - a), 1.0)
-  predicted = int((budget - seen[a]) / slope) + a
-  guess = max(multiple, predicted // multiple * multiple)
-  # A bracket: `lo` fits (0: nothing does) and `hi` does not, widened by doubling steps.
-  step = multiple
-  if fits(guess):
-    lo, hi = guess, guess + step
-    while fits(hi):
-      lo, step = hi, step * 2
-      hi = lo + step
-  else:
-    lo, hi = max(guess - step, 0), guess
-    while lo > 0 and not fits(lo):
-      hi, step = lo, step * 2
-      lo = max(hi - step, 0)
-  while hi - lo > multiple:
-    mid = (lo + hi) // 2 // multiple * multiple
-    if fits(mid):
-      lo = mid
-    else:
-      hi = mid
-  return {'batch': lo, 'bytes': seen.get(lo), 'predicted': predicted,
-          'compiles': len(seen), 'probed': dict(sorted(seen.items()))}
 
 
 # ---------------------------------------------------------------------------------------
@@ -646,112 +460,6 @@ def check_targets(results: dict, targets) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------
 # Reports.
-
-def _fmt(x, spec='.2f', none='–'):
-  if x is None or (isinstance(x, float) and not np.isfinite(x)):
-    return none
-  return format(x, spec)
-
-
-def render_markdown(results: dict) -> str:
-  m, peak = results['machine'], results['peak']
-  lines = [
-      f'Generated by `sharedbert.bench` (preset `{results["preset"]}`), '
-      f'{results["started"]} to {results["finished"]}.',
-      '',
-      f'- **Command:** `{results["command"]}`',
-      f'- **Machine:** {m["cpu"]}, {m["cpu_cores"]} cores, {m["ram_gib"]:.1f} GiB RAM; '
-      f'{m["platform"]}; Python {m["python"]}; jax {m["jax"]} on {m["backend"]} '
-      f'({m["devices"]} × {m["device_kind"]}).',
-      f'- **Load average** (1, 5, 15 min): {results["load_average_start"]} at the start, '
-      f'{results["load_average_end"]} at the end.',
-      f'- **Peak:** a {peak["matmul_n"]}×{peak["matmul_n"]} {peak["dtype"]} matrix product in '
-      f'this process: {_fmt(peak["measured_start_flops_per_s"] / 1e9, ".1f")} GFLOP/s at the '
-      f'start, {_fmt(peak["measured_end_flops_per_s"] / 1e9, ".1f")} at the end'
-      + (f'; datasheet {peak["datasheet_flops_per_s"] / 1e12:.0f} TFLOP/s'
-         if peak['datasheet_flops_per_s'] else '')
-      + f'. MFU is against the {peak["mfu_denominator"]} peak'
-      + (' (the higher of the two measurements).' if peak['mfu_denominator'] == 'measured'
-         else ' (and against the measured one in the last column).'),
-      f'- **Timing:** each step compiled once; {results.get("rounds", 1)} round(s) in which every '
-      'variant and the peer run in turn, each time '
-      f'{results["warmup"]} warm-up step(s) (1 after the first round) then {results["steps"]} '
-      'timed steps; the median over all timed steps; one synthetic batch masked by the pipeline\'s `mask_rows`; dropout 0.1 '
-      '(as the recipe) on both sides; FLOPs count the matrix products run (`sharedbert.flops`).',
-      '',
-  ]
-  for name, entry in results['sizes'].items():
-    hf = entry.get('hf', {})
-    hf_tps = hf.get('tokens_per_s')
-    lines += [f'### {name}: {entry["description"]}', '',
-              '| variant | tokens/s | step (ms) | vs HF | GFLOP/step | GFLOP/s | MFU '
-              '| step memory (MiB) | compile (s) |',
-              '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
-    rows = list(entry['rows'])
-    for row in rows:
-      lines.append(
-          f'| `{row["variant"]}` | {row["tokens_per_s"]:.0f} | {row["step_time_s"] * 1e3:.0f} | '
-          f'{_fmt(row["tokens_per_s"] / hf_tps if hf_tps else None)}× | '
-          f'{row["flops_per_step"] / 1e9:.1f} | {row["achieved_flops_per_s"] / 1e9:.1f} | '
-          f'{_fmt(row["mfu"])} | {_fmt(row["memory_bytes"] / (1 << 20) if row["memory_bytes"] else None, ".0f")} | '
-          f'{row["compile_s"]:.1f} |')
-    if hf_tps:
-      lines.append(
-          f'| HF `BertForMaskedLM` (torch {hf["torch"]}, {hf["attn_implementation"]}, '
-          f'{hf["threads"]} threads) | {hf_tps:.0f} | {hf["step_time_s"] * 1e3:.0f} | 1.00× | '
-          f'{hf["flops_per_step"] / 1e9:.1f} | {hf["achieved_flops_per_s"] / 1e9:.1f} | '
-          f'{_fmt(hf["mfu"])} | {hf["peak_rss_bytes"] / (1 << 20):.0f} (peak RSS) | '
-          f'{hf["first_step_s"]:.1f} (1st step) |')
-    elif hf:
-      lines.append(f'| HF `BertForMaskedLM` | skipped: {hf.get("skipped")} | | | | | | | |')
-    lines.append('')
-  if results.get('memory'):
-    mem = results['memory']
-    lines += ['### Memory: the largest BERT-base batch (`standard`, float32)', '',
-              f'Budget: {mem["budget"]} = {mem["budget_bytes"] / GIB:.1f} GiB. Method: compile '
-              'only (no step runs); the step\'s memory is XLA\'s memory analysis of the compiled '
-              'executable (arguments + outputs + temporaries − donated aliases); two compiles '
-              'predict the limit (memory is about linear in the batch), then a bisection over '
-              'multiples of 8 confirms it.', '',
-              '| sequence | remat | largest batch | its step memory (GiB) | predicted | compiles |',
-              '|---:|---|---:|---:|---:|---:|']
-    for r in mem['rows']:
-      lines.append(f'| {r["seq_len"]} | {r["remat"]} | {r["batch"]} | '
-                   f'{_fmt(r["bytes"] / GIB if r["bytes"] else None)} | {r["predicted"]} | '
-                   f'{r["compiles"]} |')
-    lines.append('')
-  if results.get('pipeline'):
-    p = results['pipeline']
-    lines += ['### Input pipeline', '',
-              f'`InMemoryData.batch` (packing done, masking per batch) at batch {p["batch"]}, '
-              f'sequence {p["seq_len"]}: {p["batches_per_s"]:.0f} batches/s alone, '
-              f'{p["prefetched_on_device_batches_per_s"]:.0f} batches/s through `prefetch` and '
-              'onto the device' + (
-                  f'; the `{p["train_variant"]}` training step runs {p["train_steps_per_s"]:.2f} '
-                  f'steps/s, so the pipeline is {p["ratio"]:.0f}× faster than it needs to be.'
-                  if 'ratio' in p else '.'), '']
-  if results.get('targets'):
-    lines += ['### Targets', '', '| size | target | value | needed | met |',
-              '|---|---|---:|---:|---|']
-    for t in results['targets']:
-      met = {True: 'yes', False: 'NO', None: 'not measured'}[t['met']]
-      lines.append(f'| {t["size"]} | {t["target"]} | {_fmt(t["value"])} | '
-                   f'≥ {t["threshold"]} | {met} |')
-    lines.append('')
-  return '\n'.join(lines)
-
-
-def write_markdown(path: str, body: str):
-  """Replaces the text between the bench markers in `path` (created if missing)."""
-  block = f'{MARK_BEGIN}\n{body}\n{MARK_END}'
-  text = open(path).read() if os.path.exists(path) else '# Benchmarks\n\n'
-  if MARK_BEGIN in text and MARK_END in text:
-    head, rest = text.split(MARK_BEGIN, 1)
-    text = head + block + rest.split(MARK_END, 1)[1]
-  else:
-    text = text.rstrip('\n') + '\n\n' + block + '\n'
-  with open(path, 'w') as f:
-    f.write(text)
 
 
 # ---------------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ def _rss_bytes() -> int:
 
 
 def run(spec: dict) -> dict:
+  """Builds Hugging Face's model and optimizer from `spec` and times its steps. One
+  function on purpose: torch and transformers are imported here only (this process), and
+  the steps read top to bottom as the peer's whole recipe."""
   import numpy as np
   import torch
   import transformers

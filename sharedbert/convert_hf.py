@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any, Callable
 
 from absl import app
 from absl import flags
@@ -52,6 +51,8 @@ import numpy as np
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import validation
 from sharedbert.errors import UserError, one_line_errors
+from sharedbert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_from_model, hf_from_params,
+                                  model_config_from_hf, params_from_hf)
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
 
 FLAGS = flags.FLAGS
@@ -67,237 +68,6 @@ def _define_flags():
   flags.DEFINE_string('workdir', None, 'The sharedbert workdir (written or read).')
   flags.DEFINE_integer('step', None, 'export: the checkpoint step (default: the latest).')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
-
-Params = dict[str, Any]
-
-# Tensors a Hugging Face checkpoint may hold that have no counterpart here.
-_IGNORED_PREFIXES = ('cls.seq_relationship.', 'classifier.', 'qa_outputs.')
-_IGNORED_KEYS = ('bert.embeddings.position_ids', 'bert.embeddings.token_type_ids')
-
-# The model settings a Hugging Face config decides.
-ARCHITECTURE_KEYS = ('attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
-                     'mlp_dim', 'max_position_embeddings', 'type_vocab_size', 'dropout_rate',
-                     'attention_dropout_rate', 'initializer_range', 'layer_norm_eps',
-                     'pre_layer_norm')
-
-
-# ---------------------------------------------------------------------------------------
-# Configs.
-
-def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
-  """The `standard` ModelConfig of a Hugging Face BertConfig (as a dict)."""
-  if not isinstance(hf, dict):
-    raise UserError(f'{where} holds a JSON {type(hf).__name__}, not an object; is it a BERT '
-                    'config.json?')
-  if hf.get('model_type', 'bert') != 'bert':
-    raise UserError(f'{where}: model_type is {hf.get("model_type")!r}, not "bert"')
-  if hf.get('hidden_act', 'gelu') != 'gelu':
-    raise UserError(f'{where}: hidden_act is {hf["hidden_act"]!r}; sharedbert uses BERT\'s '
-                    'exact (erf) "gelu" only')
-  if hf.get('position_embedding_type', 'absolute') != 'absolute':
-    raise UserError(f'{where}: position_embedding_type {hf["position_embedding_type"]!r} is '
-                    'not supported (only "absolute")')
-  if hf.get('is_decoder') or hf.get('add_cross_attention'):
-    raise UserError(f'{where}: a decoder BERT (is_decoder / add_cross_attention) is not supported')
-  if not hf.get('tie_word_embeddings', True):
-    raise UserError(f'{where}: tie_word_embeddings is false; sharedbert ties the MLM decoder '
-                    'to the word embeddings')
-  try:
-    cfg = ModelConfig(
-        attention='standard', vocab_size=int(hf['vocab_size']),
-        hidden_size=int(hf['hidden_size']), num_layers=int(hf['num_hidden_layers']),
-        num_heads=int(hf['num_attention_heads']), mlp_dim=int(hf['intermediate_size']),
-        max_position_embeddings=int(hf['max_position_embeddings']),
-        type_vocab_size=int(hf['type_vocab_size']),
-        dropout_rate=float(hf.get('hidden_dropout_prob', 0.1)),
-        attention_dropout_rate=float(hf.get('attention_probs_dropout_prob', 0.1)),
-        initializer_range=float(hf.get('initializer_range', 0.02)),
-        layer_norm_eps=float(hf.get('layer_norm_eps', 1e-12)), pre_layer_norm=False)
-  except KeyError as e:
-    raise UserError(f'{where} has no {e.args[0]!r}; is it a BERT config?') from e
-  except (TypeError, ValueError) as e:
-    raise UserError(f'{where}: a size or rate is not a number ({e})') from e
-  try:
-    cfg.validate()
-  except UserError as e:  # Named as the ModelConfig field; say which file it came from.
-    raise UserError(f'{where}: {e}') from e
-  return cfg
-
-
-def hf_config_from_model(cfg: ModelConfig) -> dict:
-  """The config.json of BertForMaskedLM for a `standard` model."""
-  if cfg.attention != 'standard' or cfg.pre_layer_norm:
-    raise UserError(f'only standard post-LN models map onto Hugging Face BERT; this one is '
-                    f'{cfg.attention!r} with pre_layer_norm={cfg.pre_layer_norm} (convert a '
-                    'standard checkpoint, or keep it in sharedbert)')
-  return {
-      'architectures': ['BertForMaskedLM'], 'model_type': 'bert',
-      'vocab_size': cfg.vocab_size, 'hidden_size': cfg.hidden_size,
-      'num_hidden_layers': cfg.num_layers, 'num_attention_heads': cfg.num_heads,
-      'intermediate_size': cfg.mlp_dim, 'hidden_act': 'gelu',
-      'hidden_dropout_prob': cfg.dropout_rate,
-      'attention_probs_dropout_prob': cfg.attention_dropout_rate,
-      'max_position_embeddings': cfg.max_position_embeddings,
-      'type_vocab_size': cfg.type_vocab_size, 'initializer_range': cfg.initializer_range,
-      'layer_norm_eps': cfg.layer_norm_eps, 'position_embedding_type': 'absolute',
-      'pad_token_id': 0, 'tie_word_embeddings': True, 'dtype': 'float32',
-  }
-
-
-# ---------------------------------------------------------------------------------------
-# The tensor mapping.
-
-class _Entry:
-  """One parameter: our path, the Hugging Face key, and the layout changes both ways."""
-
-  def __init__(self, path: tuple[str, ...], key: str, group: str,
-               to_ours: Callable = lambda x: x, to_hf: Callable = lambda x: x):
-    self.path, self.key, self.group, self.to_ours, self.to_hf = path, key, group, to_ours, to_hf
-
-
-def _mapping(cfg: ModelConfig) -> list[_Entry]:
-  """Every parameter of BertForPretraining(standard) and its Hugging Face tensor."""
-  d, n = cfg.hidden_size, cfg.num_heads
-  h = d // n
-  entries = []
-
-  def add(path, key, group='encoder', **fns):
-    entries.append(_Entry(tuple(path.split('/')), key, group, **fns))
-
-  def linear(path, key, group='encoder', in_shape=None, out_shape=None):
-    """torch Linear weight [out, in] <-> our kernel [in..., out...]; bias [out] <-> [out...]."""
-    def kernel_to_ours(w):
-      w = w.T
-      return w.reshape(*(in_shape or (w.shape[0],)), *(out_shape or (w.shape[1],)))
-
-    def kernel_to_hf(k):
-      fan_in = int(np.prod(in_shape)) if in_shape else k.shape[0]
-      return k.reshape(fan_in, -1).T
-
-    add(f'{path}/kernel', f'{key}.weight', group, to_ours=kernel_to_ours, to_hf=kernel_to_hf)
-    add(f'{path}/bias', f'{key}.bias', group,
-        to_ours=(lambda b: b.reshape(out_shape)) if out_shape else (lambda b: b),
-        to_hf=lambda b: b.reshape(-1))
-
-  def norm(path, key, group='encoder'):
-    add(f'{path}/scale', f'{key}.weight', group)
-    add(f'{path}/bias', f'{key}.bias', group)
-
-  for name in ('word', 'position', 'token_type'):
-    add(f'bert/embeddings/{name}_embeddings/embedding', f'bert.embeddings.{name}_embeddings.weight')
-  norm('bert/embeddings/LayerNorm', 'bert.embeddings.LayerNorm')
-  for i in range(cfg.num_layers):
-    ours, hf = f'bert/layer_{i}', f'bert.encoder.layer.{i}'
-    for role in ('query', 'key', 'value'):
-      linear(f'{ours}/attention/{role}', f'{hf}.attention.self.{role}', out_shape=(n, h))
-    linear(f'{ours}/attention/out', f'{hf}.attention.output.dense', in_shape=(n, h))
-    norm(f'{ours}/attention_norm', f'{hf}.attention.output.LayerNorm')
-    linear(f'{ours}/mlp/intermediate', f'{hf}.intermediate.dense')
-    linear(f'{ours}/mlp/output', f'{hf}.output.dense')
-    norm(f'{ours}/output_norm', f'{hf}.output.LayerNorm')
-  linear('bert/pooler', 'bert.pooler.dense', group='pooler')
-  linear('mlm_head/transform', 'cls.predictions.transform.dense', group='MLM head')
-  norm('mlm_head/transform_norm', 'cls.predictions.transform.LayerNorm', group='MLM head')
-  add('mlm_head/output_bias', 'cls.predictions.bias', group='MLM head')
-  return entries
-
-
-def _canonical_key(key: str) -> str:
-  """Keys as BertForMaskedLM names them: with 'bert.', LayerNorm weight/bias (not gamma/beta)."""
-  if key.startswith(('embeddings.', 'encoder.', 'pooler.')):  # Saved from BertModel.
-    key = 'bert.' + key
-  if key.endswith('LayerNorm.gamma'):
-    key = key[:-len('gamma')] + 'weight'
-  elif key.endswith('LayerNorm.beta'):
-    key = key[:-len('beta')] + 'bias'
-  return key
-
-
-def _get(tree: Params, path: tuple[str, ...]):
-  for p in path:
-    tree = tree[p]
-  return tree
-
-
-def _set(tree: Params, path: tuple[str, ...], value):
-  for p in path[:-1]:
-    tree = tree.setdefault(p, {})
-  tree[path[-1]] = value
-
-
-def init_params(cfg: ModelConfig, seed: int = 0) -> Params:
-  """Freshly initialised parameters of BertForPretraining, as numpy arrays."""
-  model = BertForPretraining(cfg)
-  ids = jnp.zeros((1, 1), jnp.int32)
-  # Not jitted: op by op, whose compilations are cached across calls and sizes.
-  params = nn.unbox(model.init(jax.random.key(seed), ids, ids, jnp.ones_like(ids), ids))
-  return jax.tree.map(np.asarray, params['params'])
-
-
-def params_from_hf(tensors: dict[str, np.ndarray], cfg: ModelConfig,
-                   seed: int = 0) -> tuple[Params, list[str]]:
-  """Our parameters from Hugging Face tensors; returns (params, notes on what was done)."""
-  tensors = {_canonical_key(k): v for k, v in tensors.items()}
-  params = init_params(cfg, seed)
-  entries = _mapping(cfg)
-  notes = []
-  used = set()
-  for group in ('encoder', 'pooler', 'MLM head'):
-    members = [e for e in entries if e.group == group]
-    present = [e for e in members if e.key in tensors]
-    if group == 'encoder' or present:
-      missing = [e.key for e in members if e.key not in tensors]
-      if missing:
-        raise UserError(f'the checkpoint lacks {len(missing)} {group} tensor(s), e.g. '
-                        f'{", ".join(missing[:3])}; is it a BERT of this config?')
-      for e in members:
-        value = e.to_ours(np.asarray(tensors[e.key]))
-        expected = _get(params, e.path).shape
-        if value.shape != expected:
-          raise UserError(f'{e.key} has shape {tensors[e.key].shape}, which does not fit the '
-                          f'config (expected {expected} as {"/".join(e.path)})')
-        _set(params, e.path, value.astype(np.float32))
-        used.add(e.key)
-      if group != 'encoder':
-        notes.append(f'{group}: from the checkpoint')
-    else:
-      notes.append(f'{group}: not in the checkpoint, freshly initialised (seed {seed})')
-
-  decoder = tensors.get('cls.predictions.decoder.weight')
-  if decoder is not None:
-    if not np.array_equal(decoder, tensors['bert.embeddings.word_embeddings.weight']):
-      raise UserError('cls.predictions.decoder.weight differs from the word embeddings; '
-                      'sharedbert ties them and cannot hold an untied decoder')
-    used.add('cls.predictions.decoder.weight')
-  decoder_bias = tensors.get('cls.predictions.decoder.bias')
-  if decoder_bias is not None:
-    if 'cls.predictions.bias' in tensors:
-      if not np.array_equal(decoder_bias, tensors['cls.predictions.bias']):
-        raise UserError('cls.predictions.decoder.bias differs from cls.predictions.bias')
-    else:
-      _set(params, ('mlm_head', 'output_bias'), decoder_bias.astype(np.float32))
-    used.add('cls.predictions.decoder.bias')
-
-  ignored = sorted(k for k in tensors if k not in used and (
-      k in _IGNORED_KEYS or k.startswith(_IGNORED_PREFIXES)))
-  unknown = sorted(set(tensors) - used - set(ignored))
-  if unknown:
-    raise UserError(f'the checkpoint has {len(unknown)} tensor(s) sharedbert cannot place, '
-                    f'e.g. {", ".join(unknown[:3])}')
-  if ignored:
-    notes.append(f'ignored (no counterpart): {", ".join(ignored)}')
-  dtypes = sorted({str(tensors[k].dtype) for k in used} - {'float32'})
-  if dtypes:
-    notes.append(f'converted {", ".join(dtypes)} tensors to float32')
-  return params, notes
-
-
-def hf_from_params(params: Params, cfg: ModelConfig) -> dict[str, np.ndarray]:
-  """Hugging Face tensors (BertForMaskedLM names, plus the pooler) from our parameters."""
-  hf_config_from_model(cfg)  # Refuses what BERT cannot hold.
-  return {e.key: np.ascontiguousarray(e.to_hf(np.asarray(_get(params, e.path), np.float32)))
-          for e in _mapping(cfg)}
-
 
 # ---------------------------------------------------------------------------------------
 # Files.
@@ -356,8 +126,7 @@ def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | 
   if head is None:
     tensors = hf_from_params(params, cfg)
   else:
-    tensors = {e.key: np.ascontiguousarray(e.to_hf(np.asarray(_get(params, e.path), np.float32)))
-               for e in _mapping(cfg) if e.group in ('encoder', 'pooler')}
+    tensors = hf_from_params(params, cfg, groups=('encoder', 'pooler'))
     kernel = np.asarray(head_params['kernel'], np.float32)
     bias = np.asarray(head_params['bias'], np.float32)
     num_labels = int(head['num_labels'])
@@ -455,6 +224,7 @@ def write_checkpoint(workdir: str, config, params: Params, *, source: str,
   The optimizer state is fresh, so `sharedbert.main` with this workdir resumes at step 0
   from these parameters.
   """
+  from sharedbert import pretrain_step
   from sharedbert import train  # Imports TensorFlow: only when writing.
   model_cfg = ModelConfig.from_config(config.model)
   expected = jax.tree.map(lambda x: (x.shape, np.dtype(x.dtype)), _abstract_params(model_cfg))
@@ -468,7 +238,7 @@ def write_checkpoint(workdir: str, config, params: Params, *, source: str,
     params = jax.tree.map(jnp.asarray, params)
     tx, _ = train.make_optimizer(config.optim, config.total_steps)
     zero = jnp.zeros((), jnp.int32)
-    state = train.TrainState(step=zero, params=params, opt_state=tx.init(params),
+    state = pretrain_step.TrainState(step=zero, params=params, opt_state=tx.init(params),
                              skipped=zero, skipped_total=zero)
     meta = {'model': model_cfg.to_dict(), 'vocab_size': vocab_size or model_cfg.vocab_size,
             'seed': config.seed, 'batch_size': config.data.batch_size, 'data_position': 0,
@@ -597,6 +367,10 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
   head = head_params = None
   if classifiers.is_classifier_dir(workdir):
     head, all_params, step = classifiers.read_classifier(workdir, step)
+    if head.get('pooling', 'cls') != 'cls':
+      raise UserError(f'{workdir} was fine-tuned with pooling={head["pooling"]!r}; Hugging '
+                      "Face's BertForSequenceClassification reads the pooler on [CLS] only "
+                      "(fine-tune with pooling='cls' to export it)")
     model_cfg = ModelConfig.from_config(head['model'])
     params = {'bert': all_params['bert']}
     head_params = all_params['classifier']

@@ -36,7 +36,6 @@ import os
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 from sharedbert import convert_hf
 from sharedbert import validation
@@ -57,94 +56,6 @@ def _define_flags():
   flags.DEFINE_string('masa_projections', 'qkvo', 'masa: projection types from the dictionary.')
   flags.DEFINE_integer('step', None, 'The source checkpoint step (default: the latest).')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
-
-ROLES = ('query', 'key', 'value')
-
-
-def relative_error(target: np.ndarray, fit: np.ndarray) -> float:
-  norm = np.linalg.norm(target)
-  return float(np.linalg.norm(target - fit) / norm) if norm else float(np.linalg.norm(fit))
-
-
-# ---------------------------------------------------------------------------------------
-# shared: one layer.
-
-def fit_shared(attention: dict) -> tuple[dict, dict[str, float]]:
-  """A standard layer's attention params -> the shared layer's, and relative errors.
-
-  attention: {'query'|'key'|'value': {'kernel' [D,N,H], 'bias' [N,H]}, 'out': ...}.
-  Returns ({'shared': {'kernel', 'bias'}, 'diag' [3,N,H], 'out'}, errors) with errors for
-  'qkv' (the three affine maps together) and each role.
-  """
-  kernels = np.stack([np.asarray(attention[r]['kernel'], np.float64) for r in ROLES])
-  biases = np.stack([np.asarray(attention[r]['bias'], np.float64) for r in ROLES])
-  _, d, n, h = kernels.shape
-  # One (D+1) x 3 matrix per output unit: rows are inputs and the bias, columns the roles.
-  m = np.concatenate([kernels.reshape(3, d, n * h), biases.reshape(3, 1, n * h)], axis=1)
-  m = m.transpose(2, 1, 0)  # [N*H, D+1, 3]
-  u, s, vt = np.linalg.svd(m, full_matrices=False)
-  shared = u[:, :, 0] * s[:, :1]      # [N*H, D+1]
-  diag = vt[:, 0, :]                  # [N*H, 3], unit norm
-  # Fix the scale (all ones where the roles agree) and the sign (diagonals mostly positive).
-  sign = np.where(diag.sum(axis=1) < 0, -1.0, 1.0)[:, None]
-  dtype = np.asarray(attention['query']['kernel']).dtype
-  # The errors are those of the stored values (after rounding to the parameter dtype).
-  diag = (diag * sign * np.sqrt(3.0)).astype(dtype)
-  shared = (shared * sign / np.sqrt(3.0)).astype(dtype)
-  fit = shared[:, :, None].astype(np.float64) * diag[:, None, :]  # [N*H, D+1, 3]
-
-  errors = {'qkv': relative_error(m, fit)}
-  for i, role in enumerate(ROLES):
-    errors[role] = relative_error(m[:, :, i], fit[:, :, i])
-  out = {
-      'shared': {'kernel': shared[:, :d].T.reshape(d, n, h),
-                 'bias': shared[:, d].reshape(n, h)},
-      'diag': diag.T.reshape(3, n, h),
-      'out': copy.deepcopy(attention['out']),
-  }
-  return out, errors
-
-
-# ---------------------------------------------------------------------------------------
-# masa: the stack of layers.
-
-def fit_atoms(matrices: np.ndarray, num_atoms: int) -> tuple[np.ndarray, np.ndarray, list[float]]:
-  """Matrix PCA: [L, ...] matrices -> atoms [S, ...], coefficients [L, S], per-layer errors."""
-  num_layers = matrices.shape[0]
-  if not 1 <= num_atoms <= num_layers:
-    raise UserError(f'masa_atoms={num_atoms} must be between 1 and the number of layers '
-                    f'({num_layers}) to fit a pretrained stack (S = L is exact)')
-  x = matrices.reshape(num_layers, -1).astype(np.float64)
-  _, _, vt = np.linalg.svd(x, full_matrices=False)
-  basis = vt[:num_atoms]                        # [S, P], orthonormal principal matrices
-  coefficients = x @ basis.T                    # [L, S]: projections onto them
-  # Atoms at the layers' RMS scale, coefficients of order one.
-  scale = np.sqrt(np.mean(np.sum(x ** 2, axis=1))) or 1.0
-  atoms = (basis * scale).astype(matrices.dtype)
-  coefficients = (coefficients / scale).astype(matrices.dtype)
-  # The errors are those of the stored values (after rounding to the parameter dtype).
-  fit = coefficients.astype(np.float64) @ atoms
-  errors = [relative_error(x[l], fit[l]) for l in range(num_layers)]
-  return atoms.reshape(num_atoms, *matrices.shape[1:]), coefficients, errors
-
-
-def fit_masa(layers: list[dict], cfg: ModelConfig) -> tuple[dict, list[dict], dict]:
-  """Standard layers' attention params -> (dictionary, new per-layer attention, errors).
-
-  errors: {type: [relative error of each layer]}.
-  """
-  num_atoms = attention_lib.masa_num_atoms(cfg)
-  dictionary, errors = {}, {}
-  new_layers = [copy.deepcopy(a) for a in layers]
-  for t in cfg.masa_projections:
-    name = attention_lib.MASA_TYPES[t]
-    stack = np.stack([np.asarray(a[name]['kernel']) for a in layers])
-    atoms, coefficients, errors[t] = fit_atoms(stack, num_atoms)
-    dictionary[t] = {'atoms': atoms, 'coefficients': coefficients}
-    for a in new_layers:
-      del a[name]['kernel']  # The layer keeps its bias; the kernel is the dictionary's.
-  return dictionary, new_layers, errors
-
 
 # ---------------------------------------------------------------------------------------
 # Whole models and workdirs.

@@ -25,18 +25,14 @@ from __future__ import annotations
 import math
 
 from sharedbert.errors import UserError
+# Each variant's class counts its own products, in the same unit.
+from sharedbert.models.attention import VARIANTS, matmul
 
 # Backward = 2x forward, so one training step runs 3x the forward's products.
 TRAIN_MULTIPLIER = 3
 
 
-def matmul(m: int, n: int, k: int) -> int:
-  """Forward FLOPs of one [m, k] x [k, n] matrix product."""
-  return 2 * m * n * k
-
-
 def _variant(cfg):
-  from sharedbert.models.attention import VARIANTS  # Its classes count their own products.
   if cfg.attention not in VARIANTS:
     raise UserError(f'sharedbert.flops has no FLOP count for the attention variant '
                     f'{cfg.attention!r}: it is not registered')

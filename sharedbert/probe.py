@@ -139,13 +139,13 @@ class Trainer:
     import jax.numpy as jnp
     import optax
     import flax.linen as nn
-    from sharedbert import train as train_lib
+    from sharedbert import optim as optim_lib
     from sharedbert.models.bert import BertForPretraining
 
     self.variant = variant
     self.model_cfg = model_config(config, variant)
     self.model = model = BertForPretraining(self.model_cfg)
-    self.tx, _ = train_lib.make_optimizer(config.optim, int(config.total_steps))
+    self.tx, _ = optim_lib.make_optimizer(config.optim, int(config.total_steps))
     tx = self.tx
     dropout = self.model_cfg.dropout_rate > 0 or self.model_cfg.attention_dropout_rate > 0
     seq_len, slots = int(config.seq_len), num_slots(config)

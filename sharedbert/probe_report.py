@@ -229,6 +229,9 @@ def _task_text(config, task: str) -> str:
 
 
 def render(config, summary: dict, timing: dict) -> str:
+  """W/report.md of the probes: the header, the accuracy table with seed intervals,
+  one measured sentence per task, parameter counts and the figures. One function on
+  purpose: the page's sections read in the order they are written."""
   variants = [v for v in config.variants if v in summary['parameters']]
   tasks = list(summary['tasks'])
   conf = int(round(100 * summary['confidence']))

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import json
 import os
 import re
@@ -437,24 +436,35 @@ def optimizer_config(squad_cfg):
                                         warmup_fraction=squad_cfg.warmup_fraction))
 
 
-def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
-                          workdir: str) -> dict:
-  """Fine-tunes the encoder of the pretraining run `init_from` on SQuAD `version` and
-  scores its dev set; returns the official figures and timings. Runs on one device.
-  """
-  import flax.linen as nn
-  import jax
+def _span_loss(outputs, batch):
+  """The mean over real rows of the start and end positions' cross-entropies."""
   import jax.numpy as jnp
-  import ml_collections
   import optax
+  start_logits, end_logits = outputs
+  w = batch['weights']
+  ls = optax.softmax_cross_entropy_with_integer_labels(start_logits, batch['start'])
+  le = optax.softmax_cross_entropy_with_integer_labels(end_logits, batch['end'])
+  return jnp.sum((ls + le) / 2 * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
+                          workdir: str, mesh=None) -> dict:
+  """Fine-tunes the encoder of the pretraining run `init_from` on SQuAD `version` and
+  scores its dev set; returns the official figures and timings.
+
+  The task engine (sharedbert.tasks.engine) trains and predicts on `mesh` (default: every
+  device on the data axis); this module keeps the reading, windows, head and metric.
+  """
+  import jax
+  import ml_collections
   from sharedbert import config as sb_config
-  from sharedbert import pretrained
   from sharedbert import optim as optim_lib
+  from sharedbert import pretrained as pretrained_lib
   from sharedbert import sharding
   from sharedbert.tasks import engine
 
   c = squad_cfg
-  pretrained = pretrained.open_pretrained(init_from)
+  pretrained = pretrained_lib.open_pretrained(init_from)
   train_ex = read_examples(version, 'train', data_dir=c.data_dir, tfds_data_dir=c.tfds_data_dir)
   dev_ex = read_examples(version, 'validation', data_dir=c.data_dir,
                          tfds_data_dir=c.tfds_data_dir)
@@ -465,69 +475,45 @@ def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
   train_f = featurize(train_ex, pretrained.tokenizer, is_training=True, **kw)
   dev_f = featurize(dev_ex, pretrained.tokenizer, is_training=False, **kw)
 
-  model = _qa_model_class()(pretrained.model_config)
-  steps_per_epoch = -(-len(train_f) // c.batch_size)
-  total = steps_per_epoch * c.num_epochs
-  tx, _ = optim_lib.make_optimizer(optimizer_config(c), total)
-  # One device: the encoder is restored onto it and every step runs there.
-  mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=1, fsdp=1, tensor=1)),
-                            devices=jax.devices()[:1])
+  if mesh is None:
+    mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1)))
+  dp = sharding.data_parallel_size(mesh)
+  if c.batch_size % dp:
+    raise UserError(f'squad.batch_size={c.batch_size} is not divisible by the data-parallel '
+                    f'size {dp} (mesh.data * mesh.fsdp)')
+  process = sharding.process_batch_block(mesh)
   axis_rules = tuple(sb_config.DEFAULT_LOGICAL_AXIS_RULES)
-  target = pretrained.abstract_encoder(pretrained.model_config, mesh, axis_rules)
-  encoder, step = pretrained.restore_encoder_params(init_from, target)
-  z = jnp.zeros((1, 8), jnp.int32)
-  params = nn.unbox(model.init(jax.random.key(seed), z, z, jnp.ones_like(z))['params'])
-  params = {**params, 'bert': jax.device_get(encoder)}
-  opt_state = tx.init(params)
-  dropout_key = jax.random.key(seed + 1)
+  model = _qa_model_class()(pretrained.model_config)
+  tx, _ = optim_lib.make_optimizer(optimizer_config(c), -(-len(train_f) // c.batch_size)
+                                   * c.num_epochs)
+  steps = engine.compile_steps(model, tx, _span_loss, mesh, axis_rules)
+  target = pretrained_lib.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+  encoder, step = pretrained_lib.restore_encoder_params(init_from, target)
+  state = steps.init_state(jax.random.key(seed), encoder)
 
-  def loss_fn(p, batch, key):
-    s, e = model.apply({'params': p}, batch['input_ids'], batch['segment_ids'],
-                       batch['input_mask'], deterministic=False, rngs={'dropout': key})
-    w = batch['weights']
-    ls = optax.softmax_cross_entropy_with_integer_labels(s, batch['start'])
-    le = optax.softmax_cross_entropy_with_integer_labels(e, batch['end'])
-    return jnp.sum((ls + le) / 2 * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-  @jax.jit
-  def train_step(p, o, batch, key):
-    loss, grads = jax.value_and_grad(loss_fn)(p, batch, key)
-    updates, o = tx.update(grads, o, p)
-    return optax.apply_updates(p, updates), o, loss
-
-  @jax.jit
-  def predict(p, batch):
-    return model.apply({'params': p}, batch['input_ids'], batch['segment_ids'],
-                       batch['input_mask'], deterministic=True)
-
-  def batch_of(f: Features, idx, size):
-    rows = np.zeros(size, np.int64)
-    rows[:len(idx)] = idx
-    w = np.zeros(size, np.float32)
-    w[:len(idx)] = 1
-    ids = f.input_ids[rows]
-    return {'input_ids': ids, 'segment_ids': f.segment_ids[rows],
-            'input_mask': (ids != 0).astype(np.int32), 'start': f.start_positions[rows],
-            'end': f.end_positions[rows], 'weights': w}
+  def arrays(f: Features, training: bool) -> dict:
+    out = {'input_ids': f.input_ids, 'segment_ids': f.segment_ids}
+    if training:
+      out.update(start=f.start_positions, end=f.end_positions)
+    return out
 
   t0 = time.time()
   epoch_times = []
+  train_arrays = arrays(train_f, True)
   for epoch in range(c.num_epochs):
     t_epoch = time.time()
-    order = np.random.default_rng([seed, epoch]).permutation(len(train_f))
-    for i in range(steps_per_epoch):
-      idx = order[i * c.batch_size:(i + 1) * c.batch_size]
-      params, opt_state, _ = train_step(params, opt_state, batch_of(train_f, idx, c.batch_size),
-                                        jax.random.fold_in(dropout_key, epoch * 10**6 + i))
+    state, losses = engine.fit_epoch(steps.step_fn, state, train_arrays,
+                                     batch_size=c.batch_size, seed=seed, epoch=epoch,
+                                     mesh=mesh, process=process)
+    jax.block_until_ready(losses)
     epoch_times.append(time.time() - t_epoch)
-  starts, ends = [], []
-  for lo in range(0, len(dev_f), c.batch_size):
-    idx = np.arange(lo, min(lo + c.batch_size, len(dev_f)))
-    s, e = predict(params, batch_of(dev_f, idx, c.batch_size))
-    starts.append(np.asarray(s)[:len(idx)])
-    ends.append(np.asarray(e)[:len(idx)])
-  answers, margins = decode(dev_ex, dev_f, np.concatenate(starts), np.concatenate(ends),
-                            n_best=c.n_best, max_answer_len=c.max_answer_len)
+  # Logits per token: every batch keeps all the columns (no bucketing).
+  starts, ends = engine.predict(steps.predict_fn, state.params, arrays(dev_f, False),
+                                np.sum(dev_f.input_ids != engine.PAD_ID, axis=1),
+                                batch_size=c.batch_size, mesh=mesh, process=process,
+                                bucket=False)
+  answers, margins = decode(dev_ex, dev_f, starts, ends, n_best=c.n_best,
+                            max_answer_len=c.max_answer_len)
   metrics = evaluate_predictions(dev_ex, answers, margins, version)
   from sharedbert import jsonio
   jsonio.write_text(os.path.join(workdir, f'predictions_seed_{seed}.json'), json.dumps(answers))

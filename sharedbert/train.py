@@ -10,21 +10,14 @@ WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoin
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
-import shutil
 import signal
 import time
-from typing import Any
 
 from absl import logging
 import flax.linen as nn
-from flax import struct
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
@@ -41,7 +34,9 @@ from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
 from sharedbert.errors import UserError
 from sharedbert.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.pretrain_step import (all_finite, create_train_state, jit_steps, restore_state,
+                                      state_shardings)
 
 # The optimizer (sharedbert/optim.py), under the names the callers of this module use.
 NO_DECAY_NAMES = optim_lib.NO_DECAY_NAMES
@@ -64,201 +59,9 @@ class Diverged(UserError):
   """optim.max_skipped_steps consecutive steps had a non-finite loss or gradient."""
 
 
-class TrainState(struct.PyTreeNode):
-  step: jax.Array
-  params: Any
-  opt_state: Any
-  skipped: jax.Array          # Consecutive non-finite steps (reset by a good one).
-  skipped_total: jax.Array    # All non-finite steps of the run.
-
-
 def validate(config):
   """The range of every key and how they fit together (sharedbert/validation.py)."""
   config_checks.pretrain(config)
-
-
-# ---------------------------------------------------------------------------------------
-# Model, optimizer, state.
-
-def dummy_inputs(batch: int, seq_len: int, max_predictions: int):
-  z = jnp.zeros((batch, seq_len), jnp.int32)
-  return z, z, jnp.ones_like(z), jnp.zeros((batch, max_predictions), jnp.int32)
-
-
-def init_params(model: nn.Module, rng, seq_len: int = 8, max_predictions: int = 2):
-  """Boxed (logically annotated) parameters."""
-  return model.init({'params': rng}, *dummy_inputs(1, seq_len, max_predictions))['params']
-
-
-def _boxed_train_state(model, tx, rng, seq_len, max_predictions):
-  params = init_params(model, rng, seq_len, max_predictions)
-  zero = jnp.zeros((), jnp.int32)
-  return TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
-                    skipped_total=zero)
-
-
-def state_shardings(model, tx, mesh, axis_rules, seq_len, max_predictions):
-  """Where each leaf of the train state goes on `mesh`, from the logical axis names."""
-  with nn.logical_axis_rules(axis_rules):
-    abstract = jax.eval_shape(
-        lambda r: _boxed_train_state(model, tx, r, seq_len, max_predictions), jax.random.key(0))
-    return sharding.logical_shardings(abstract, mesh, axis_rules)
-
-
-def create_train_state(model, tx, rng, mesh, axis_rules, seq_len, max_predictions):
-  """Initializes the state directly in its sharded layout; returns (state, shardings)."""
-  shardings = state_shardings(model, tx, mesh, axis_rules, seq_len, max_predictions)
-  init = jax.jit(lambda r: nn.unbox(_boxed_train_state(model, tx, r, seq_len, max_predictions)),
-                 out_shardings=shardings)
-  return init(rng), shardings
-
-
-def abstract_state(state_shardings, model, tx, seq_len, max_predictions):
-  """ShapeDtypeStructs with shardings: the restore target for a checkpoint."""
-  def init(rng):
-    params = nn.unbox(init_params(model, rng, seq_len, max_predictions))
-    zero = jnp.zeros((), jnp.int32)
-    return TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
-                      skipped_total=zero)
-  shapes = jax.eval_shape(init, jax.random.key(0))
-  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                      shapes, state_shardings)
-
-
-def restore_state(reader, model_cfg: ModelConfig, tx, mesh, axis_rules, shardings, seq_len: int,
-                  max_preds: int):
-  """The checkpoint's (state, meta, step), in the layout of `model_cfg.scan_layers`.
-
-  A checkpoint saved with the other layout (layers unrolled, or scanned) is restored as it
-  was saved, then its parameters and optimizer moments are converted (`to_layout`) onto
-  `shardings`: a run may switch model.scan_layers when it resumes.
-  """
-  latest = reader.latest_meta()
-  saved_scan = bool(latest[1].get('model', {}).get('scan_layers', False)) if latest else None
-  if saved_scan is None or saved_scan == model_cfg.scan_layers:
-    model = BertForPretraining(model_cfg)
-    return reader.restore(abstract_state(shardings, model, tx, seq_len, max_preds))
-  saved_model = BertForPretraining(dataclasses.replace(model_cfg, scan_layers=saved_scan))
-  saved_shardings = state_shardings(saved_model, tx, mesh, axis_rules, seq_len, max_preds)
-  state, meta, step = reader.restore(
-      abstract_state(saved_shardings, saved_model, tx, seq_len, max_preds))
-  logging.info('checkpoint %d has the layers %s; converting to the %s layout', step,
-               'scanned' if saved_scan else 'unrolled',
-               'scanned' if model_cfg.scan_layers else 'unrolled')
-  convert = jax.jit(lambda s: to_layout(s, model_cfg.scan_layers), out_shardings=shardings)
-  return convert(state), meta, step
-
-
-# ---------------------------------------------------------------------------------------
-# The step.
-
-def mlm_loss(model, params, batch, rng, deterministic):
-  """Sum of masked-token cross-entropies, number of masked tokens, number correct."""
-  out = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
-                    batch['input_mask'], batch['masked_positions'],
-                    deterministic=deterministic,
-                    rngs={'dropout': rng} if rng is not None else None)
-  logits = out['mlm_logits']  # [B, P, V] float32
-  weights = batch['masked_weights']
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch['masked_ids'])
-  correct = (jnp.argmax(logits, -1) == batch['masked_ids']) * weights
-  return jnp.sum(ce * weights), (jnp.sum(weights), jnp.sum(correct))
-
-
-def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum_steps: int):
-  """One optimizer step over the global batch, optionally in `accum_steps` micro-batches.
-
-  The loss is the mean over all masked tokens of the global batch, so k accumulated
-  micro-batches give the same update as one batch k times larger. A step whose loss,
-  gradient or update is not finite is skipped (parameters and optimizer state kept) and
-  counted.
-  """
-  rng = jax.random.fold_in(base_rng, state.step)
-
-  def loss_and_grads(params, mb, rng):
-    (loss_sum, (weight, correct)), grads = jax.value_and_grad(
-        functools.partial(mlm_loss, model), has_aux=True)(params, mb, rng, False)
-    return loss_sum, weight, correct, grads
-
-  if accum_steps == 1:
-    loss_sum, weight, correct, grads = loss_and_grads(state.params, batch, rng)
-  else:
-    # Micro-batch i takes rows i, i+k, i+2k, ...: each spans every data-parallel device.
-    micro = jax.tree.map(
-        lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum_steps, accum_steps,
-                                         *x.shape[1:]), 0, 1), batch)
-
-    def body(carry, inputs):
-      mb, i = inputs
-      out = loss_and_grads(state.params, mb, jax.random.fold_in(rng, i))
-      return jax.tree.map(jnp.add, carry, out), None
-
-    zeros = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()),
-             jax.tree.map(jnp.zeros_like, state.params))
-    (loss_sum, weight, correct, grads), _ = jax.lax.scan(
-        body, zeros, (micro, jnp.arange(accum_steps)))
-
-  denom = jnp.maximum(weight, 1.0)
-  grads = jax.tree.map(lambda g: g / denom, grads)
-  loss = loss_sum / denom
-  grad_norm = optax.global_norm(grads)
-  updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
-  # A finite loss and gradient are not enough: a NaN learning rate (or an update that
-  # overflows) would write NaN into every parameter, from the first step on.
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
-  new_params = optax.apply_updates(state.params, updates)
-  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  new_state = TrainState(
-      step=state.step + 1,
-      params=keep(new_params, state.params),
-      opt_state=keep_moments_advance_schedule(finite, new_opt_state, state.opt_state),
-      skipped=jnp.where(finite, 0, state.skipped + 1),
-      skipped_total=state.skipped_total + (~finite).astype(jnp.int32))
-  metrics = {
-      'loss': loss, 'mlm_accuracy': correct / denom, 'grad_norm': grad_norm,
-      'learning_rate': schedule(state.step), 'skipped': (~finite).astype(jnp.float32),
-  }
-  return new_state, metrics
-
-
-def keep_moments_advance_schedule(finite, new_opt_state, old_opt_state):
-  """The optimizer state after a step: the new one if the step was finite; else the old
-  one, except the learning-rate schedule's step count, which always advances. So the rate
-  applied at step s is schedule(s) whether or not earlier steps were skipped (what the
-  log shows), while Adam's moments and bias correction only count applied updates."""
-  is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
-  def pick(new, old):
-    if is_schedule(new):
-      return new
-    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  return jax.tree.map(pick, new_opt_state, old_opt_state, is_leaf=is_schedule)
-
-
-@jax.jit
-def all_finite(tree) -> jax.Array:
-  """True when no leaf of `tree` holds a NaN or an infinity (one reduction on device)."""
-  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
-  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
-
-
-def eval_step(params, batch, *, model):
-  loss_sum, (weight, correct) = mlm_loss(model, params, batch, None, True)
-  return {'loss_sum': loss_sum, 'weight': weight, 'correct': correct}
-
-
-def jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, accum_steps: int):
-  """The train step (state donated) and the eval step, jitted with the state's shardings."""
-  batch_spec = sharding.batch_sharding(mesh)
-  step_fn = jax.jit(
-      functools.partial(train_step, model=model, tx=tx, schedule=schedule,
-                        base_rng=dropout_rng, accum_steps=accum_steps),
-      in_shardings=(state_shardings, batch_spec),
-      out_shardings=(state_shardings, sharding.replicated(mesh)),
-      donate_argnums=(0,))
-  eval_fn = jax.jit(functools.partial(eval_step, model=model),
-                    in_shardings=(state_shardings.params, batch_spec),
-                    out_shardings=sharding.replicated(mesh))
-  return step_fn, eval_fn
 
 
 # ---------------------------------------------------------------------------------------
@@ -422,7 +225,46 @@ def train_and_evaluate(config, workdir: str) -> dict:
     return _train(config, workdir, set_aside_old_run=set_aside)
 
 
+def _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chief):
+  """(state, start step, pending metrics) from the latest good checkpoint of `workdir`,
+  restored onto `shardings` (from either layer layout); None when there is none."""
+  d = config.data
+  resumed = None
+  reader = None
+  if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
+    reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
+  if reader is not None and reader.latest_step() is not None:
+    state, restored_meta, restored = restore_state(
+        reader, model_cfg, tx, mesh, axis_rules, shardings, d.seq_len, max_predictions(d))
+    start_step = int(restored_meta['data_position'])
+    # The per-step metrics since the last log line, saved with the checkpoint.
+    resumed = (state, start_step, restored_meta.get('pending_metrics', []))
+    logging.info('Resuming from the checkpoint at step %d in %s', restored, reader.directory)
+    # Batches and dropout are functions of (seed, batch size, step): other values resume
+    # the training, but not the original run's sequence.
+    for key, now in (('seed', config.seed), ('batch_size', d.batch_size)):
+      if restored_meta.get(key, now) != now:
+        logging.warning('the checkpoint was made with %s=%s and this run has %s=%s: from '
+                        'step %d on, batches and dropout differ from the original run',
+                        key, restored_meta[key], key, now, start_step)
+    if is_chief:
+      checkpoint_lib.set_aside_damaged(workdir, reader.damaged_steps)
+  else:
+    logging.info('Starting a new run in %s', workdir)
+  if reader is not None:
+    reader.close()
+  _sync('restored')
+  return resumed
+
+
 def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
+  """The run: vocabulary, state, resume, compile, the loop, summary.
+
+  Longer than the house's ~80 lines on purpose: the loop's helpers (save, check_streak,
+  stop) are closures over the state, the non-finite streak, the checkpointer and the metric
+  writer, which the loop updates step by step; as separate functions they would pass that
+  state back and forth at every step.
+  """
   is_chief = jax.process_index() == 0
   mesh = sharding.make_mesh(config.mesh)
   axis_rules = sharding.rules(config)
@@ -447,34 +289,14 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   rng = jax.random.key(config.seed)
   init_rng, dropout_rng = jax.random.split(rng)
 
-  state, state_shardings = create_train_state(model, tx, init_rng, mesh, axis_rules,
-                                              d.seq_len, max_predictions(d))
-  start_step = 0
-  pending_metrics = []  # Per-step metrics since the last log line, kept across a resume.
-  reader = None
-  if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
-    reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
-  if reader is not None and reader.latest_step() is not None:
-    del state
-    state, restored_meta, restored = restore_state(
-        reader, model_cfg, tx, mesh, axis_rules, state_shardings, d.seq_len, max_predictions(d))
-    start_step = int(restored_meta['data_position'])
-    pending_metrics = restored_meta.get('pending_metrics', [])
-    logging.info('Resuming from the checkpoint at step %d in %s', restored, reader.directory)
-    # Batches and dropout are functions of (seed, batch size, step): other values resume
-    # the training, but not the original run's sequence.
-    for key, now in (('seed', config.seed), ('batch_size', d.batch_size)):
-      if restored_meta.get(key, now) != now:
-        logging.warning('the checkpoint was made with %s=%s and this run has %s=%s: from '
-                        'step %d on, batches and dropout differ from the original run',
-                        key, restored_meta[key], key, now, start_step)
-    if is_chief:
-      checkpoint_lib.set_aside_damaged(workdir, reader.damaged_steps)
+  shardings = state_shardings(model, tx, mesh, axis_rules, d.seq_len, max_predictions(d))
+  resumed = _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chief)
+  if resumed is None:
+    state, _ = create_train_state(model, tx, init_rng, mesh, axis_rules, d.seq_len,
+                                  max_predictions(d))
+    start_step, pending_metrics = 0, []  # pending: metrics since the last log line.
   else:
-    logging.info('Starting a new run in %s', workdir)
-  if reader is not None:
-    reader.close()
-  _sync('restored')
+    state, start_step, pending_metrics = resumed
   ckpt = checkpoint_lib.Checkpointer(workdir, config.ckpt)
 
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
@@ -489,7 +311,7 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
     ckpt.close()
     return {'step': start_step}
 
-  step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng,
+  step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
                                config.optim.grad_accum_steps)
   run_start = time.time()
 

@@ -12,6 +12,7 @@ from sharedbert import config as sb_config
 from sharedbert import convert_hf
 from sharedbert import convert_shared
 from sharedbert.errors import UserError
+from sharedbert.models import fit
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=64,
@@ -67,7 +68,7 @@ def layer_attention(params, i):
 def test_shared_fit_is_exact_where_it_can_be():
   cfg = config('standard')
   params = in_shared_form(init(cfg), cfg)
-  fitted, errors = convert_shared.fit_shared(layer_attention(params, 0))
+  fitted, errors = fit.fit_shared(layer_attention(params, 0))
   assert max(errors.values()) < 1e-6
   for c, role in enumerate(ROLES):
     np.testing.assert_allclose(fitted['shared']['kernel'] * fitted['diag'][c],
@@ -83,7 +84,7 @@ def test_shared_fit_is_exact_where_it_can_be():
 def test_shared_fit_is_the_least_squares_optimum():
   cfg = config('standard')
   attention = layer_attention(init(cfg, seed=3), 1)
-  fitted, errors = convert_shared.fit_shared(attention)
+  fitted, errors = fit.fit_shared(attention)
 
   # Independently: per output unit, the best rank-one fit of the (D+1) x 3 matrix leaves the
   # two smaller eigenvalues of its 3 x 3 Gram matrix.
@@ -117,14 +118,14 @@ def test_shared_fit_is_the_least_squares_optimum():
 def test_matrix_pca_is_exact_with_one_atom_per_layer_and_optimal_with_fewer():
   rng = np.random.default_rng(0)
   stack = rng.standard_normal((4, 6, 2, 3)).astype(np.float32)
-  atoms, coefficients, errors = convert_shared.fit_atoms(stack, 4)
+  atoms, coefficients, errors = fit.fit_atoms(stack, 4)
   assert atoms.shape == (4, 6, 2, 3) and coefficients.shape == (4, 4)
   assert max(errors) < 1e-6
   np.testing.assert_allclose(np.einsum('ls,s...->l...', coefficients, atoms), stack, atol=1e-5)
 
   # Two atoms: the residual energy is the two smallest eigenvalues of the layers' Gram matrix
   # (Eckart-Young), and the coefficients are the projections onto the atoms.
-  atoms, coefficients, errors = convert_shared.fit_atoms(stack, 2)
+  atoms, coefficients, errors = fit.fit_atoms(stack, 2)
   x = stack.reshape(4, -1).astype(np.float64)
   residual = x - coefficients.astype(np.float64) @ atoms.reshape(2, -1)
   eig = np.linalg.eigvalsh(x @ x.T)
@@ -136,7 +137,7 @@ def test_matrix_pca_is_exact_with_one_atom_per_layer_and_optimal_with_fewer():
   assert 0.2 < np.sqrt(np.mean(np.sum(coefficients ** 2, axis=1))) <= 1.0 + 1e-6
 
   with pytest.raises(UserError, match='between 1 and the number of layers'):
-    convert_shared.fit_atoms(stack, 5)
+    fit.fit_atoms(stack, 5)
 
 
 @pytest.mark.parametrize('projections', ['qkvo', 'qv'])

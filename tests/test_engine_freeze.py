@@ -58,7 +58,7 @@ def run_study(root) -> dict:
   summary.json."""
   import test_study as ts
   from sharedbert import study
-  from sharedbert import study_report
+  from sharedbert import study_stats
   corpus, glue_dir = ts._write_fixture_data(root)
   config = ts._toy_config(corpus, glue_dir)
   config.seeds = 1
@@ -66,7 +66,7 @@ def run_study(root) -> dict:
   workdir = str(root / 'study')
   study.run_study(config, workdir)
   rows = list(config.variants) + ['none']
-  runs = study_report.load_runs(workdir, rows, ['mrpc'])
+  runs = study_stats.load_runs(workdir, rows, ['mrpc'])
   with open(os.path.join(workdir, 'summary.json')) as f:
     summary = json.load(f)
   summary.pop('pretraining', None)  # Step times.

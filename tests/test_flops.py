@@ -12,7 +12,7 @@ from sharedbert import flops
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
-from sharedbert.train import mlm_loss
+from sharedbert.pretrain_step import mlm_loss
 
 
 def test_hand_worked_tiny_case():

@@ -17,6 +17,7 @@ import pytest
 
 from sharedbert import flops
 from sharedbert import params as params_lib
+from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
@@ -102,7 +103,7 @@ def test_flops_match_the_traced_products(tied_kv):
   params = nn.unbox(jax.eval_shape(lambda: model.init(
       jax.random.key(0), *(batch[k] for k in ('input_ids', 'segment_ids', 'input_mask',
                                               'masked_positions'))))['params'])
-  loss = lambda prm: train.mlm_loss(model, prm, batch, None, True)[0]
+  loss = lambda prm: pretrain_step.mlm_loss(model, prm, batch, None, True)[0]
   pooler = flops.matmul(b, cfg.hidden_size, cfg.hidden_size)
   traced = _dot_flops(jax.make_jaxpr(loss)(params).jaxpr) - pooler
   assert traced == sum(flops.forward_flops(cfg, b, t, mlm_rows=b * p).values())
@@ -126,16 +127,16 @@ def test_trains_and_resumes_under_its_own_config(tied_kv):
   train._check_compatible({'model': cfg.to_dict()}, cfg, 'W')  # Its own checkpoints resume.
   model = BertForPretraining(cfg)
   tx, schedule = train.make_optimizer(config.optim, 10)
-  params = nn.unbox(train.init_params(model, jax.random.key(0)))
+  params = nn.unbox(pretrain_step.init_params(model, jax.random.key(0)))
   zero = jnp.zeros((), jnp.int32)
-  state = train.TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
+  state = pretrain_step.TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
                            skipped_total=zero)
   ids, segments, mask, positions = INPUTS
   batch = {'input_ids': ids, 'segment_ids': segments, 'input_mask': mask,
            'masked_positions': positions,
            'masked_ids': np.take_along_axis(ids, positions, 1),
            'masked_weights': np.ones(positions.shape, np.float32)}
-  step = jax.jit(lambda s, b: train.train_step(s, b, model=model, tx=tx, schedule=schedule,
+  step = jax.jit(lambda s, b: pretrain_step.train_step(s, b, model=model, tx=tx, schedule=schedule,
                                                base_rng=jax.random.key(1), accum_steps=1))
   new, metrics = step(state, batch)
   assert np.isfinite(float(metrics['loss'])) and int(new.skipped_total) == 0

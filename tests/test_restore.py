@@ -14,7 +14,7 @@ import pytest
 import sharedbert
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
-from sharedbert import train
+from sharedbert import pretrain_step
 from sharedbert.errors import UserError
 from test_sharding import assert_params_close, model_and_optimizer, once_per_session
 from test_sharding import tiny_config, tiny_flags, write_corpus
@@ -54,9 +54,9 @@ def full_state(workdir, mesh_shape):
   mesh = sharding.make_mesh(config.mesh, jax.devices())
   model, tx, _ = model_and_optimizer(config)
   d = config.data
-  shardings = train.state_shardings(model, tx, mesh, sharding.rules(config), d.seq_len,
+  shardings = pretrain_step.state_shardings(model, tx, mesh, sharding.rules(config), d.seq_len,
                                     d.max_predictions)
-  target = train.abstract_state(shardings, model, tx, d.seq_len, d.max_predictions)
+  target = pretrain_step.abstract_state(shardings, model, tx, d.seq_len, d.max_predictions)
   reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
   try:
     state, _, step = reader.restore(target)

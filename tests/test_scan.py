@@ -16,6 +16,7 @@ import pytest
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import params as params_lib
+from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert.config import DEFAULT_LOGICAL_AXIS_RULES
 from sharedbert.errors import UserError
@@ -116,13 +117,13 @@ def batch():
 
 def state_for(params, tx):
   zero = jnp.zeros((), jnp.int32)
-  return train.TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
+  return pretrain_step.TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,
                           skipped_total=zero)
 
 
 def run_steps(cfg, state, tx, schedule, n=2):
   model = BertForPretraining(cfg)
-  step = jax.jit(lambda s, b: train.train_step(s, b, model=model, tx=tx, schedule=schedule,
+  step = jax.jit(lambda s, b: pretrain_step.train_step(s, b, model=model, tx=tx, schedule=schedule,
                                                base_rng=jax.random.key(1), accum_steps=1))
   losses = []
   for _ in range(n):
@@ -165,8 +166,8 @@ def test_a_checkpoint_resumes_in_the_other_layout(saved_scan, tmp_path):
 
   reader = checkpoint_lib.Checkpointer(str(tmp_path), None, read_only=True)
   model = BertForPretraining(resumed_cfg)
-  shardings = train.state_shardings(model, tx, mesh, rules, 8, 2)
-  state, meta, step = train.restore_state(reader, resumed_cfg, tx, mesh, rules, shardings, 8, 2)
+  shardings = pretrain_step.state_shardings(model, tx, mesh, rules, 8, 2)
+  state, meta, step = pretrain_step.restore_state(reader, resumed_cfg, tx, mesh, rules, shardings, 8, 2)
   reader.close()
   assert step == 4 and meta['data_position'] == 4
   expected = to_layout(saved, resumed_cfg.scan_layers)
@@ -188,7 +189,7 @@ def test_a_variant_that_cannot_be_scanned_is_a_user_error():
 
 def test_compile_time_harness():
   """tools/compile_time.py's measurement, on the smallest size (BENCHMARKS.md has BERT-base)."""
-  from sharedbert import bench
-  row = bench.step_compile_seconds(bench.SIZES['smoke'], 'standard', scan_layers=True)
+  from sharedbert import bench_memory, bench_sizes
+  row = bench_memory.step_compile_seconds(bench_sizes.SIZES['smoke'], 'standard', scan_layers=True)
   assert row['scan_layers'] and row['remat'] == 'none'
   assert row['compile_s'] > 0 and row['lower_s'] > 0 and row['memory_bytes'] > 0

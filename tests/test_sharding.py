@@ -22,6 +22,7 @@ import pytest
 
 from sharedbert import config as config_lib
 from sharedbert import sharding
+from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert.data.pretrain import mask_rows
 from sharedbert.errors import UserError
@@ -122,7 +123,7 @@ FAST_COMPILE = {'xla_backend_optimization_level': 0}
 
 def state_shardings(config, mesh):
   model, tx, _ = model_and_optimizer(config)
-  return train.state_shardings(model, tx, mesh, sharding.rules(config), config.data.seq_len,
+  return pretrain_step.state_shardings(model, tx, mesh, sharding.rules(config), config.data.seq_len,
                                config.data.max_predictions)
 
 
@@ -131,7 +132,7 @@ def initial_state(config, devices):
   mesh = sharding.make_mesh(config.mesh, devices)
   init_rng = jax.random.split(jax.random.key(config.seed))[0]  # As train_and_evaluate.
   d = config.data
-  state, _ = train.create_train_state(model, tx, init_rng, mesh, sharding.rules(config),
+  state, _ = pretrain_step.create_train_state(model, tx, init_rng, mesh, sharding.rules(config),
                                       d.seq_len, d.max_predictions)
   return jax.device_get(state)
 
@@ -147,7 +148,7 @@ def train_steps(config, devices, batches, start):
   dropout_rng = jax.random.split(jax.random.key(config.seed))[1]  # As train_and_evaluate.
   shardings = state_shardings(config, mesh)
   state = jax.device_put(start, shardings)
-  step_fn, _ = train.jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
+  step_fn, _ = pretrain_step.jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
                                config.optim.grad_accum_steps)
   losses = []
   with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
@@ -177,7 +178,7 @@ def partition_table(config, mesh) -> dict[str, str]:
   d = config.data
   with nn.logical_axis_rules(axis_rules):
     boxed = jax.eval_shape(
-        lambda r: train.init_params(model, r, d.seq_len, d.max_predictions), jax.random.key(0))
+        lambda r: pretrain_step.init_params(model, r, d.seq_len, d.max_predictions), jax.random.key(0))
     shardings = sharding.logical_shardings(boxed, mesh, axis_rules)
   flat = jax.tree_util.tree_leaves_with_path(shardings)
   return {'/'.join(k.key for k in path): str(tuple(s.spec)) for path, s in flat}
@@ -220,7 +221,7 @@ def test_a_mesh_that_does_not_divide_a_dimension_is_a_user_error():
   model, tx, _ = model_and_optimizer(config)
   with pytest.raises(UserError, match=r'attention/diag has shape \(3, 2, 32\): its dimension 1 '
                      r"\(size 2, logical axis 'heads'\) cannot be split over mesh.tensor=8"):
-    train.create_train_state(model, tx, jax.random.key(0), mesh, sharding.rules(config), 32, 5)
+    pretrain_step.create_train_state(model, tx, jax.random.key(0), mesh, sharding.rules(config), 32, 5)
 
 
 def test_initialization_on_a_mesh_equals_one_device(one_device_run):
@@ -294,12 +295,12 @@ def raw_gradients(config, devices, batch, params):
   model = BertForPretraining(ModelConfig.from_config(config.model))
   tx = optax.sgd(1.0)
   d = config.data
-  shardings = train.state_shardings(model, tx, mesh, axis_rules, d.seq_len, d.max_predictions)
+  shardings = pretrain_step.state_shardings(model, tx, mesh, axis_rules, d.seq_len, d.max_predictions)
   zero = lambda: np.zeros((), np.int32)  # Three arrays: each is donated.
-  start = train.TrainState(step=zero(), params=params, opt_state=tx.init(params),
+  start = pretrain_step.TrainState(step=zero(), params=params, opt_state=tx.init(params),
                            skipped=zero(), skipped_total=zero())
   state = jax.device_put(start, shardings)
-  step_fn, _ = train.jit_steps(model, tx, lambda step: 1.0, mesh, shardings,
+  step_fn, _ = pretrain_step.jit_steps(model, tx, lambda step: 1.0, mesh, shardings,
                                jax.random.key(0), config.optim.grad_accum_steps)
   with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
     global_batch = sharding.global_batch(batch, mesh)

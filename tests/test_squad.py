@@ -1,12 +1,18 @@
 """SQuAD: the official metrics on hand-worked cases, windowed features, span decoding."""
 
 import json
+import os
+import random
 
 import numpy as np
 import pytest
 
+from sharedbert import sharding
 from sharedbert import squad
+from sharedbert.params import load_config_file
 from sharedbert.data import tokenizer as tokenizer_lib
+import test_finetune
+from test_finetune import pretrained  # noqa: F401  (a fixture: 2 steps of a 1-layer model)
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,3 +217,50 @@ def test_read_official_json_and_unanswerable(tmp_path):
   assert [e.qid for e in examples] == ['1', '2']
   assert examples[0].answers == ('Denver',) and examples[0].answer_starts == (0,)
   assert examples[1].is_impossible and examples[1].answers == ()
+
+
+# ---------------------------------------------------------------------------------------
+# Fine-tuning end to end, on the task engine and a mesh of several devices.
+
+def _squad_file(path, rng, n, words, cue):
+  """Contexts of random words with the cue word at a random place; 'where is the cue'
+  asks for it, so the answer is always the cue's own span."""
+  paragraphs = []
+  for i in range(n):
+    tokens = [rng.choice(words) for _ in range(rng.randrange(6, 14))]
+    tokens.insert(rng.randrange(len(tokens) + 1), cue)
+    context = ' '.join(tokens)
+    start = context.index(cue)
+    paragraphs.append({'context': context, 'qas': [{
+        'id': f'q{i}', 'question': f'where is {cue}',
+        'answers': [{'text': cue, 'answer_start': start}]}]})
+  path.write_text(json.dumps({'version': '1.1', 'data': [{'title': 't',
+                                                        'paragraphs': paragraphs}]}))
+
+
+def _study_squad_config():
+  """The squad section of configs/study.py (its defaults, as the study passes it)."""
+  return load_config_file(os.path.join(test_finetune.ROOT, 'configs', 'study.py'), 'cpu').squad
+
+
+def test_squad_finetunes_on_a_mesh_and_finds_the_answer(pretrained, tmp_path):  # noqa: F811
+  tf_ = test_finetune
+  rng = random.Random(0)
+  data = tmp_path / 'squad'
+  data.mkdir()
+  _squad_file(data / 'train-v1.1.json', rng, 96, tf_.WORDS, tf_.CUE)
+  _squad_file(data / 'dev-v1.1.json', rng, 24, tf_.WORDS, tf_.CUE)
+  c = _study_squad_config()
+  c.update(data_dir=str(data), seq_len=32, doc_stride=16, max_query_len=8, num_epochs=6,
+           batch_size=8, lr=3e-3, max_answer_len=4)
+  mesh = sharding.make_mesh({'data': 4, 'fsdp': 2, 'tensor': 1})
+  out = tmp_path / 'run'
+  out.mkdir()
+  result = squad.finetune_and_evaluate(c, version='1.1', init_from=str(pretrained), seed=0,
+                                       workdir=str(out), mesh=mesh)
+  assert (result['num_train'], result['num_dev']) == (96, 24)
+  assert result['pretrained_step'] == 2
+  assert result['metrics']['exact'] >= 75, result['metrics']
+  predictions = json.loads((out / 'predictions_seed_0.json').read_text())
+  assert sorted(predictions) == sorted(f'q{i}' for i in range(24))
+  assert sum(p == tf_.CUE for p in predictions.values()) >= 18

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sharedbert import study
-from sharedbert import study_report
+from sharedbert import study_stats
 from sharedbert.errors import UserError
 
 _WORDS = ('the cat dog man woman sat ran on a mat house big small red blue good bad film '
@@ -149,7 +149,7 @@ def test_paired_difference_and_t_interval():
        'dist': np.array([0.6, 0.61, 0.59, 0.6])}
   b = {'mean': 0.5, 'per_seed': [0.5, 0.51, 0.49], 'seeds': [0, 1, 2],
        'dist': np.array([0.5, 0.5, 0.5, 0.5])}
-  d = study_report.paired_difference(a, b, 0.95)
+  d = study_stats.paired_difference(a, b, 0.95)
   assert d['diff'] == pytest.approx(0.1)
   np.testing.assert_allclose(d['per_seed'], [0.1, 0.11, 0.09])
   # t interval of [0.1, 0.11, 0.09]: mean 0.1, std 0.01, t(0.975, 2) = 4.3027.
@@ -184,12 +184,12 @@ def _diff(boot, t, boot90=None, t90=None):
     (_diff((0.001, 0.02), (float('nan'), float('nan'))), 'undecided'),
 ])
 def test_verdict(d, expected):
-  assert study_report.verdict(d, 0.01) == expected
+  assert study_stats.verdict(d, 0.01) == expected
 
 
 def test_verdict_text_and_headline():
-  assert study_report.verdict_text('equivalent', 0.01) == 'equivalent within ±1 point'
-  assert study_report.verdict_text('equivalent', 0.005) == 'equivalent within ±0.5 points'
+  assert study_stats.verdict_text('equivalent', 0.01) == 'equivalent within ±1 point'
+  assert study_stats.verdict_text('equivalent', 0.005) == 'equivalent within ±0.5 points'
   better = _diff((0.1, 0.2), (0.1, 0.3))
   flat = _diff((-0.1, 0.2), (-0.1, 0.3))
   gains = {'cola': {'majority': better, 'none': better},
@@ -199,7 +199,7 @@ def test_verdict_text_and_headline():
   verdicts = {'shared': {'cola': 'equivalent', 'sst2': 'undecided', 'wnli': 'worse',
                          '_average': 'equivalent'},
               'pairwise': {'cola': 'worse', 'sst2': 'worse', '_average': 'worse'}}
-  (text, _) = study_report.headline(verdicts, gains, 'standard', ['none'], 0.01,
+  (text, _) = study_stats.headline(verdicts, gains, 'standard', ['none'], 0.01,
                                     ['cola', 'sst2'])
   assert text == (
       '**Verdict.** Against `standard` on the average over CoLA, SST-2: `shared` is '
@@ -209,7 +209,7 @@ def test_verdict_text_and_headline():
       'majority class on 2, than the no-pretraining baseline `none` on 1 (WNLI not counted, '
       'as in the average).')
   # Without baselines: the majority class alone.
-  assert study_report.gains_sentence({'cola': {'majority': better}}, 'standard', []) == (
+  assert study_stats.gains_sentence({'cola': {'majority': better}}, 'standard', []) == (
       'Pretrained `standard` is reliably better than the majority class on 1 of 1 task (CoLA).')
 
 
@@ -235,15 +235,15 @@ def test_average_leaves_out_wnli_and_majority_shares_the_resamples():
   noisy = [rng.integers(0, 2, 60).tolist() for _ in range(2)]
   runs = {'standard': {'sst2': _fake_runs('sst2', labels, majority_like),
                        'wnli': _fake_runs('wnli', labels, noisy)}}
-  table = study_report.glue_tables(runs, ['standard'], ['sst2', 'wnli'], 0.95, 200)
+  table = study_stats.glue_tables(runs, ['standard'], ['sst2', 'wnli'], 0.95, 200)
   assert table['standard']['_average']['tasks'] == ['sst2']
   assert table['standard']['_average']['mean'] == pytest.approx(table['standard']['sst2']['mean'])
-  gains, majority = study_report.pretraining_gains(
+  gains, majority = study_stats.pretraining_gains(
       runs, table, 'standard', [], ['sst2', 'wnli', '_average'], 0.95, 200)
   # Predicting the majority label on every example: exactly the majority class on every
   # resample (the same resamples), so a zero difference with a zero-width interval.
   d = gains['sst2']['majority']
-  assert d['diff'] == 0 and d['boot_ci'] == (0, 0) and not study_report.reliably_better(d)
+  assert d['diff'] == 0 and d['boot_ci'] == (0, 0) and not study_stats.reliably_better(d)
   assert majority['_average']['mean'] == pytest.approx(majority['sst2']['mean'])
   assert set(gains) == {'sst2', 'wnli', '_average'}
 
@@ -368,7 +368,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
 
   tasks = ['mrpc', 'stsb']  # Found in the glue_data folder; RTE has no train.tsv.
   rows = list(config.variants) + ['none']
-  runs = study_report.load_runs(workdir, rows, tasks)
+  runs = study_stats.load_runs(workdir, rows, tasks)
   for v in rows:
     for t in tasks:
       assert [r['seed'] for r in runs[v][t]] == [0, 1]
@@ -411,7 +411,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   assert summary['missing'] == []
   assert set(summary['paired_differences']['shared']) == {'mrpc', 'stsb', '_average'}
   assert summary['skipped_tasks'] == {'rte': 'no train.tsv'}
-  assert set(summary['verdicts']['shared'].values()) <= set(study_report.VERDICTS)
+  assert set(summary['verdicts']['shared'].values()) <= set(study_stats.VERDICTS)
   assert set(summary['pretraining_gains']['_average']) == {'majority', 'none'}
   # Shown relative to the workdir or the repository, whichever is nearer (so the exact form
   # depends on where the test's tmp dir and the checkout are); never absolute.

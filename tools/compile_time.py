@@ -18,9 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def measure(attention: str, scan_layers: bool, remat: str, batch: int) -> dict:
   """One layout, in this process."""
-  from sharedbert import bench
-  size = bench.Size(**bench.BERT_BASE, batch=batch)
-  return bench.step_compile_seconds(size, attention, scan_layers=scan_layers, remat=remat)
+  from sharedbert import bench_memory, bench_sizes
+  size = bench_sizes.Size(**bench_sizes.BERT_BASE, batch=batch)
+  return bench_memory.step_compile_seconds(size, attention, scan_layers=scan_layers, remat=remat)
 
 
 def main():

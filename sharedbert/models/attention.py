@@ -41,6 +41,12 @@ import jax.numpy as jnp
 from sharedbert.errors import UserError
 from sharedbert.models import dropout as dropout_lib
 
+
+def matmul(m: int, n: int, k: int) -> int:
+  """Forward FLOPs of one [m, k] x [k, n] matrix product: the unit every variant's
+  `qkv_flops` counts in (sharedbert.flops sums them per step)."""
+  return 2 * m * n * k
+
 Dtype = Any
 
 # Registry: variant name -> module class. Other modules add to it with `register`.
@@ -284,12 +290,12 @@ class SharedAttention(AttentionBase):
 
   @classmethod
   def from_standard(cls, layers, config):
-    from sharedbert import convert_shared  # NumPy fitting; imports this module.
+    from sharedbert.models import fit  # NumPy least squares.
     new_layers, rows = [], []
     for i, attention in enumerate(layers):
-      fitted, errors = convert_shared.fit_shared(attention)
+      fitted, errors = fit.fit_shared(attention)
       new_layers.append(fitted)
-      rows.append([str(i)] + [f'{errors[k]:.2e}' for k in ('qkv',) + convert_shared.ROLES])
+      rows.append([str(i)] + [f'{errors[k]:.2e}' for k in ('qkv',) + fit.ROLES])
     header = ['layer', 'Q,K,V together', 'query', 'key', 'value']
     return Conversion(new_layers, None, header, rows,
                       'W_s, b_s, d_q, d_k, d_v per layer (least squares)', 'weights and biases')
@@ -338,7 +344,6 @@ class PairwiseAttention(AttentionBase):
 
   @classmethod
   def qkv_flops(cls, config):
-    from sharedbert.flops import matmul
     h = config.hidden_size // config.num_heads
     # Q_h [1, H] x P_h [H, H] per head and token.
     return [config.hidden_size] * 2, config.num_heads * matmul(1, h, h)
@@ -481,7 +486,6 @@ class MasaAttention(AttentionBase):
   def extra_flops(cls, config):
     """Each layer's kernels sum_s c[l, s] A_s: a [1, S] x [S, D*D] product per projection type
     and layer, independent of the batch."""
-    from sharedbert.flops import matmul
     d = config.hidden_size
     return {'masa_kernels': config.num_layers * len(config.masa_projections)
             * matmul(1, d * d, masa_num_atoms(config))}
@@ -503,8 +507,9 @@ class MasaAttention(AttentionBase):
 
   @classmethod
   def from_standard(cls, layers, config):
-    from sharedbert import convert_shared  # NumPy fitting; imports this module.
-    dictionary, new_layers, errors = convert_shared.fit_masa(layers, config)
+    from sharedbert.models import fit  # NumPy least squares.
+    dictionary, new_layers, errors = fit.fit_masa(
+        layers, masa_num_atoms(config), {t: MASA_TYPES[t] for t in config.masa_projections})
     types = list(config.masa_projections)
     header = ['layer'] + [MASA_TYPES[t] for t in types]
     rows = [[str(i)] + [f'{errors[t][i]:.2e}' for t in types] for i in range(len(layers))]

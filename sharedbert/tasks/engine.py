@@ -1,5 +1,12 @@
 """The task engine: the one fit loop, predict loop and padding of every fine-tuned task
-(GLUE, the study's robustness and cross-domain scores, the probes' readers).
+(GLUE, SQuAD, and through GLUE's TaskRun the study's cross-domain scores; robustness
+batches its dev rows with make_batch).
+
+Two loops stay outside it on purpose: pretraining (sharedbert.train: MLM batches streamed
+from tf.data, gradient accumulation, preemption checkpoints), and the probes
+(sharedbert.probe: hundreds of tiny from-scratch steps scanned inside one jitted call,
+which a step-per-call loop would spend in dispatch). They share the optimizer
+(sharedbert.optim) and the model.
 
 A task module keeps what is its own (reading, features, head, metric) and hands the
 engine its rows as a dict of numpy arrays: token arrays [n, T] ('input_ids',

@@ -1,0 +1,100 @@
+"""Least-squares fits of a pretrained `standard` model's attention weights (NumPy): onto
+`shared` attention (W_s and three diagonals per layer, `fit_shared`) and onto MASA's
+cross-layer dictionary (matrix PCA, `fit_atoms`, `fit_masa`). The variants' conversion
+hooks call these (sharedbert/models/attention.py); sharedbert.convert_shared reads and
+writes the workdirs. The method is described in sharedbert/convert_shared.py."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from sharedbert.errors import UserError
+
+ROLES = ('query', 'key', 'value')
+
+
+def relative_error(target: np.ndarray, fit: np.ndarray) -> float:
+  norm = np.linalg.norm(target)
+  return float(np.linalg.norm(target - fit) / norm) if norm else float(np.linalg.norm(fit))
+
+
+# ---------------------------------------------------------------------------------------
+# shared: one layer.
+
+def fit_shared(attention: dict) -> tuple[dict, dict[str, float]]:
+  """A standard layer's attention params -> the shared layer's, and relative errors.
+
+  attention: {'query'|'key'|'value': {'kernel' [D,N,H], 'bias' [N,H]}, 'out': ...}.
+  Returns ({'shared': {'kernel', 'bias'}, 'diag' [3,N,H], 'out'}, errors) with errors for
+  'qkv' (the three affine maps together) and each role.
+  """
+  kernels = np.stack([np.asarray(attention[r]['kernel'], np.float64) for r in ROLES])
+  biases = np.stack([np.asarray(attention[r]['bias'], np.float64) for r in ROLES])
+  _, d, n, h = kernels.shape
+  # One (D+1) x 3 matrix per output unit: rows are inputs and the bias, columns the roles.
+  m = np.concatenate([kernels.reshape(3, d, n * h), biases.reshape(3, 1, n * h)], axis=1)
+  m = m.transpose(2, 1, 0)  # [N*H, D+1, 3]
+  u, s, vt = np.linalg.svd(m, full_matrices=False)
+  shared = u[:, :, 0] * s[:, :1]      # [N*H, D+1]
+  diag = vt[:, 0, :]                  # [N*H, 3], unit norm
+  # Fix the scale (all ones where the roles agree) and the sign (diagonals mostly positive).
+  sign = np.where(diag.sum(axis=1) < 0, -1.0, 1.0)[:, None]
+  dtype = np.asarray(attention['query']['kernel']).dtype
+  # The errors are those of the stored values (after rounding to the parameter dtype).
+  diag = (diag * sign * np.sqrt(3.0)).astype(dtype)
+  shared = (shared * sign / np.sqrt(3.0)).astype(dtype)
+  fit = shared[:, :, None].astype(np.float64) * diag[:, None, :]  # [N*H, D+1, 3]
+
+  errors = {'qkv': relative_error(m, fit)}
+  for i, role in enumerate(ROLES):
+    errors[role] = relative_error(m[:, :, i], fit[:, :, i])
+  out = {
+      'shared': {'kernel': shared[:, :d].T.reshape(d, n, h),
+                 'bias': shared[:, d].reshape(n, h)},
+      'diag': diag.T.reshape(3, n, h),
+      'out': copy.deepcopy(attention['out']),
+  }
+  return out, errors
+
+
+# ---------------------------------------------------------------------------------------
+# masa: the stack of layers.
+
+def fit_atoms(matrices: np.ndarray, num_atoms: int) -> tuple[np.ndarray, np.ndarray, list[float]]:
+  """Matrix PCA: [L, ...] matrices -> atoms [S, ...], coefficients [L, S], per-layer errors."""
+  num_layers = matrices.shape[0]
+  if not 1 <= num_atoms <= num_layers:
+    raise UserError(f'masa_atoms={num_atoms} must be between 1 and the number of layers '
+                    f'({num_layers}) to fit a pretrained stack (S = L is exact)')
+  x = matrices.reshape(num_layers, -1).astype(np.float64)
+  _, _, vt = np.linalg.svd(x, full_matrices=False)
+  basis = vt[:num_atoms]                        # [S, P], orthonormal principal matrices
+  coefficients = x @ basis.T                    # [L, S]: projections onto them
+  # Atoms at the layers' RMS scale, coefficients of order one.
+  scale = np.sqrt(np.mean(np.sum(x ** 2, axis=1))) or 1.0
+  atoms = (basis * scale).astype(matrices.dtype)
+  coefficients = (coefficients / scale).astype(matrices.dtype)
+  # The errors are those of the stored values (after rounding to the parameter dtype).
+  fit = coefficients.astype(np.float64) @ atoms
+  errors = [relative_error(x[l], fit[l]) for l in range(num_layers)]
+  return atoms.reshape(num_atoms, *matrices.shape[1:]), coefficients, errors
+
+
+def fit_masa(layers: list[dict], num_atoms: int,
+             types: dict[str, str]) -> tuple[dict, list[dict], dict]:
+  """Standard layers' attention params -> (dictionary, new per-layer attention, errors).
+
+  types: {projection type ('q', ...): its parameter name in a layer ('query', ...)}, the
+  types the dictionary holds. errors: {type: [relative error of each layer]}.
+  """
+  dictionary, errors = {}, {}
+  new_layers = [copy.deepcopy(a) for a in layers]
+  for t, name in types.items():
+    stack = np.stack([np.asarray(a[name]['kernel']) for a in layers])
+    atoms, coefficients, errors[t] = fit_atoms(stack, num_atoms)
+    dictionary[t] = {'atoms': atoms, 'coefficients': coefficients}
+    for a in new_layers:
+      del a[name]['kernel']  # The layer keeps its bias; the kernel is the dictionary's.
+  return dictionary, new_layers, errors
