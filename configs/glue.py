@@ -5,7 +5,8 @@ r"""GLUE fine-tuning and evaluation of a pretrained encoder (sharedbert/finetune
 
 Arguments after the colon: `task` (a GLUE task name, a comma-separated list, or `all`:
 every task found in data.glue_dir, or prepared in tfds) and `seeds` (fine-tuning runs
-per task, with seeds seed, seed+1, ...). A bare word is the task: `configs/glue.py:cola`.
+per task, with seeds seed, seed+1, ...). A bare word is the task: `configs/glue.py:cola`;
+a list continues after `task=`: `configs/glue.py:task=cola,sst2,seeds=3`.
 
 The recipe is the GLUE fine-tuning of Courtois et al. (arXiv 2406.06366; ../DESIGN.md):
 sequence length 128, 5 epochs, AdamW lr 1e-5, 10% linear warmup then linear decay,
@@ -20,7 +21,7 @@ from sharedbert import config as sb_config
 
 
 def get_config(arg=None):
-  args = sb_config.parse_arg(arg, {'task': 'all', 'seeds': 5})
+  args = sb_config.parse_arg(arg, {'task': 'all', 'seeds': 5}, lists=('task',))
 
   config = ml_collections.ConfigDict()
   config.mode = 'finetune'
@@ -32,6 +33,10 @@ def get_config(arg=None):
   # True: the same architecture and vocabulary, randomly initialized (a no-pretraining
   # baseline); the pretrained weights are not read.
   config.from_scratch = False
+  # What the classifier reads: 'cls' (BERT's pooler on [CLS]) or 'mean' (the mean of the
+  # last layer over the real tokens; for encoders pretrained by MLM alone, whose [CLS]
+  # output and pooler were never trained). Hugging Face export needs 'cls'.
+  config.pooling = 'cls'
 
   config.data = ml_collections.ConfigDict()
   config.data.glue_dir = ''           # A glue_data folder (CoLA/, SST-2/, ...); wins over tfds.

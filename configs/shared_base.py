@@ -1,6 +1,7 @@
 r"""Pretraining with `shared` attention; see sharedbert/config.py for the recipe.
 
-Presets: `:tiny` (2-core CPU, minutes, embedded demo corpus), `:small`, default BERT-base.
+Presets: `:tiny` (2-core CPU, minutes, embedded demo corpus), `:cpu30` (2-core CPU, 30 min),
+`:small` (one GPU), default BERT-base.
   python -m sharedbert.main --config=configs/shared_base.py:tiny --workdir=/tmp/shared_tiny
 """
 

@@ -66,7 +66,8 @@ def read_classifier(seed_dir: str, step: Optional[int] = None, shardings=None):
       raise UserError(f'no fine-tuned model of epoch {step} in {seed_dir}/checkpoints; '
                       f'epochs kept: {steps}')
     model = BertForSequenceClassification(ModelConfig.from_config(head['model']),
-                                          int(head['num_labels']))
+                                          int(head['num_labels']),
+                                          pooling=head.get('pooling', 'cls'))
     z = jnp.zeros((1, 8), jnp.int32)
     abstract = nn.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), z, z, jnp.ones_like(z))))['params']

@@ -145,7 +145,7 @@ def _restore_params(workdir, step, model, config, mesh, axis_rules):
 
   d = config.data
   z = jnp.zeros((1, d.seq_len), jnp.int32)
-  inputs = (z, z, jnp.ones_like(z), jnp.zeros((1, 2), jnp.int32))  # As train.init_params.
+  inputs = (z, z, jnp.ones_like(z), jnp.zeros((1, 2), jnp.int32))  # As pretrain_step.init_params.
   with nn.logical_axis_rules(axis_rules):
     boxed = jax.eval_shape(lambda r: model.init({'params': r}, *inputs)['params'],
                            jax.random.key(0))
@@ -312,7 +312,8 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
   tokenizer = open_vocab(seed_dir, model_cfg)
   target_mesh = _target_mesh(mesh, devices)
   axis_rules = tuple(_default_rules())
-  model = BertForSequenceClassification(model_cfg, int(head['num_labels']))
+  model = BertForSequenceClassification(model_cfg, int(head['num_labels']),
+                                        pooling=head.get('pooling', 'cls'))
   z = jnp.zeros((1, 8), jnp.int32)
   with nn.logical_axis_rules(axis_rules):
     boxed = jax.eval_shape(lambda r: model.init(r, z, z, jnp.ones_like(z))['params'],

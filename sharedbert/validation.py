@@ -176,6 +176,7 @@ GLUE = {
     'seeds': POSITIVE,
     'seed': NON_NEGATIVE,
     'from_scratch': BOOL,
+    'pooling': one_of('cls', 'mean'),
     'data.glue_dir': STRING,
     'data.tfds_data_dir': STRING,
     'data.seq_len': integer(3, text='an integer >= 3 ([CLS] a [SEP])'),

@@ -21,6 +21,7 @@ import pytest
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import config as sb_config
 from sharedbert import metric_writer
+from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert import workdir_lock
 from sharedbert.data import glue
@@ -61,7 +62,7 @@ def listing(workdir: pathlib.Path):
      "file or directory: 'configs/no_such_variant.py'); pass an existing file, e.g. "
      "--config=configs/shared_base.py:tiny"),
     ('--config=configs/shared_base.py:size=huge',
-     "unknown model size 'huge'; choose one of base, small, tiny (in "
+     "unknown model size 'huge'; choose one of base, small, tiny, cpu30 (in "
      "--config=configs/shared_base.py:size=huge)"),
 ])
 def test_config_mistakes_are_one_line_before_main(tmp_path, flag, message):
@@ -382,7 +383,7 @@ def test_preemption_inside_non_finite_steps_saves_nothing(tmp_path, corpus, monk
 
 def test_non_finite_state_is_never_saved(tmp_path, corpus, monkeypatch):
   """The last guard: a state with a NaN that slipped past the step is refused at the save."""
-  real = train.jit_steps
+  real = pretrain_step.jit_steps
 
   def jit_steps(*args, **kwargs):
     step_fn, eval_fn = real(*args, **kwargs)

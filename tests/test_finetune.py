@@ -224,6 +224,10 @@ def test_losses_ignore_padding_rows():
 def test_task_resolution(tmp_path):
   c = glue_config('cola')
   assert c.task == 'cola' and c.mode == 'finetune'
+  # A list after the colon: the bare words after task= are its items, not new tasks.
+  listed = glue_config('task=cola,sst2,stsb,seeds=3')
+  assert (listed.task, listed.seeds) == ('cola,sst2,stsb', 3)
+  assert glue_config('sst2,seeds=2').task == 'sst2'
   c.data.glue_dir = str(tmp_path)
   for name in ('MRPC', 'CoLA', 'notes'):
     (tmp_path / name).mkdir()

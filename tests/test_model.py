@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, BertForSequenceClassification, ModelConfig
+from sharedbert.models.bert import (BertEncoder, BertForPretraining, BertForSequenceClassification,
+                                    ModelConfig)
 
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
             max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
@@ -59,6 +60,28 @@ def test_padding_does_not_leak(attention):
   b = model.apply({'params': params}, ids2, seg, mask, pos)['sequence_output']
   np.testing.assert_allclose(a[1, :6], b[1, :6], atol=1e-6)
   assert not np.allclose(a[1, 6:], b[1, 6:])
+
+
+def test_mean_pooling_reads_the_real_tokens():
+  """pooling='mean': the classifier reads the last layer averaged over the real tokens
+  (checked against the encoder's own outputs); padding does not change it, and the same
+  parameters give other logits with BERT's [CLS] pooler."""
+  cfg = ModelConfig(attention='shared', **TINY)
+  ids, seg, mask, _ = make_inputs()
+  model = BertForSequenceClassification(cfg, num_labels=3, pooling='mean')
+  params = init(model, (ids, seg, mask))
+  logits = np.asarray(model.apply({'params': params}, ids, seg, mask))
+  seq = BertEncoder(cfg).apply({'params': params['bert']}, ids, seg, mask)['sequence_output']
+  seq = np.asarray(seq, np.float64)
+  mean = (seq * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+  head = params['classifier']
+  np.testing.assert_allclose(logits, mean @ head['kernel'] + head['bias'], atol=1e-5)
+  ids2 = ids.copy()
+  ids2[1, 6:] = 42  # Padded tokens changed: row 1's logits must not move.
+  np.testing.assert_allclose(np.asarray(model.apply({'params': params}, ids2, seg, mask))[1],
+                             logits[1], atol=1e-6)
+  cls = BertForSequenceClassification(cfg, num_labels=3)  # Same parameter tree.
+  assert not np.allclose(np.asarray(cls.apply({'params': params}, ids, seg, mask)), logits)
 
 
 def test_every_parameter_has_logical_axes():

@@ -13,6 +13,7 @@ import optax
 import pytest
 
 from sharedbert import config as sb_config
+from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert.data import pretrain
 from sharedbert.data import sources
@@ -40,7 +41,7 @@ def flat(config, prefix=''):
 
 
 @pytest.mark.parametrize('path', VARIANT_CONFIGS, ids=os.path.basename)
-@pytest.mark.parametrize('size', ['tiny', 'small', 'base'])
+@pytest.mark.parametrize('size', ['tiny', 'cpu30', 'small', 'base'])
 def test_the_budget_recipe_changes_exactly_its_keys_for_every_variant(path, size):
   bert = flat(load_config(path, f'size={size},recipe=bert'))
   budget = flat(load_config(path, f'size={size},recipe=budget'))
@@ -56,7 +57,7 @@ def test_the_budget_recipe_changes_exactly_its_keys_for_every_variant(path, size
 @pytest.mark.parametrize('path', VARIANT_CONFIGS, ids=os.path.basename)
 def test_base_keeps_berts_recipe_and_the_cpu_presets_take_the_budget_one(path):
   assert flat(load_config(path, 'size=base')) == flat(load_config(path, 'size=base,recipe=bert'))
-  for size in ('tiny', 'small'):
+  for size in ('tiny', 'cpu30', 'small'):
     assert flat(load_config(path, size)) == flat(load_config(path, f'size={size},recipe=budget'))
   base = load_config(path, None)
   assert (base.optim.lr, base.optim.warmup_steps, base.model.dropout_rate,
@@ -98,7 +99,7 @@ def test_the_logged_rate_is_the_applied_one_also_after_a_skipped_step():
     updates, new_state = tx.update(g, opt_state, params)
     new_params = optax.apply_updates(params, updates)
     params = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_params, params)
-    opt_state = train.keep_moments_advance_schedule(finite, new_state, opt_state)
+    opt_state = pretrain_step.keep_moments_advance_schedule(finite, new_state, opt_state)
     history.append((step, params['w'][0]))
   # Adam's first update with a constant gradient has size lr (bias-corrected m/sqrt(v) = 1);
   # the second applied update (step 2) too, since the gradient is the same.

@@ -325,10 +325,20 @@ class BertForPretraining(nn.Module):
     return out
 
 
+POOLINGS = ('cls', 'mean')
+
+
 class BertForSequenceClassification(nn.Module):
-  """GLUE head on the pooled [CLS] output: dropout, then a dense layer (1 unit: regression)."""
+  """GLUE head: dropout, then a dense layer (1 unit: regression), on a pooled sequence.
+
+  pooling 'cls': BERT's pooler (dense + tanh on [CLS]). 'mean': the mean of the last
+  layer's outputs over the real tokens. An encoder pretrained by MLM alone never trains
+  its [CLS] output or its pooler (no next-sentence task); the mean pools outputs that MLM
+  did train.
+  """
   config: ModelConfig
   num_labels: int
+  pooling: str = 'cls'
 
   @nn.compact
   def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True,
@@ -336,7 +346,15 @@ class BertForSequenceClassification(nn.Module):
     out = BertEncoder(self.config, name='bert')(input_ids, segment_ids, input_mask,
                                                  deterministic=deterministic,
                                                  embedding_noise=embedding_noise)
-    h = Dropout(self.config.dropout_rate)(out['pooled_output'], deterministic=deterministic)
+    if self.pooling == 'mean':
+      mask = input_mask.astype(out['sequence_output'].dtype)[:, :, None]
+      pooled = jnp.sum(out['sequence_output'] * mask, axis=1) / jnp.maximum(
+          jnp.sum(mask, axis=1), 1.0)
+    elif self.pooling == 'cls':
+      pooled = out['pooled_output']
+    else:
+      raise ValueError(f'pooling must be one of {POOLINGS}, not {self.pooling!r}')
+    h = Dropout(self.config.dropout_rate)(pooled, deterministic=deterministic)
     return dense(self.config, self.num_labels, ('embed', None), 'classifier')(h).astype(
         jnp.float32)
 

@@ -170,7 +170,8 @@ class TaskRun:
     self.total_steps = self.steps_per_epoch * config.num_epochs
     # Warmup: optim.warmup_fraction of this task's steps.
     tx, _ = optim_lib.make_optimizer(config.optim, self.total_steps)
-    self.model = model = BertForSequenceClassification(pretrained.model_config, spec.num_labels)
+    self.model = model = BertForSequenceClassification(pretrained.model_config, spec.num_labels,
+                                                       pooling=config.pooling)
 
     steps = engine.compile_steps(
         model, tx, functools.partial(_loss, is_regression=spec.is_regression), mesh,
@@ -243,6 +244,8 @@ class TaskRun:
           'seq_len': c.data.seq_len, 'max_train_examples': c.data.max_train_examples,
           'num_train': len(self.train), 'select_best_epoch': bool(c.eval.select_best_epoch),
           'glue_dir': c.data.glue_dir, 'tfds_data_dir': c.data.tfds_data_dir}
+    if c.pooling != 'cls':  # Absent for BERT's pooler, so that earlier results stay valid.
+      fp['pooling'] = c.pooling
     return json.loads(json.dumps(fp))
 
   def seed_dir(self, seed: int) -> str:
@@ -358,6 +361,7 @@ class TaskRun:
           'kind': 'sequence_classification', 'task': spec.name,
           'num_labels': spec.num_labels, 'is_regression': spec.is_regression,
           'labels': list(spec.label_names), 'text_fields': len(spec.tsv_text_columns),
+          'pooling': c.pooling,
           'seq_len': c.data.seq_len, 'seed': seed, 'model': self.pretrained.model_config.to_dict(),
           'init_from': self.pretrained.workdir, 'pretrained_step': self.pretrained_step,
           'from_scratch': bool(c.from_scratch),
