@@ -128,6 +128,18 @@ def run_arm(arm: str, overrides: dict, workdir: str) -> dict:
           'curve': curve}
 
 
+def sitting_load(workdir: str) -> str:
+  """The load average when this workdir's first arm started (kept in W/load_before.txt),
+  so that a report regenerated later still says how busy the machine was while it trained."""
+  path = os.path.join(workdir, 'load_before.txt')
+  if not os.path.exists(path):
+    os.makedirs(workdir, exist_ok=True)
+    with open(path, 'w') as f:
+      f.write(', '.join(f'{x:.2f}' for x in os.getloadavg()))
+  with open(path) as f:
+    return f.read().strip()
+
+
 def write_report(results: list[dict], out: str, command: str, load: str):
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, 'ablation.json'), 'w') as f:
@@ -143,13 +155,17 @@ def write_report(results: list[dict], out: str, command: str, load: str):
       'Each arm is BERT\'s recipe plus the listed keys; its steps are its budget divided by '
       'its calibrated step time, so every schedule ends at the budget.', '',
       'Regenerate:', '', f'    {command}', '',
-      '| arm | steps | s/step | held-out MLM acc. | Δ vs budget | floor | masked tokens | loss |',
-      '|---|---:|---:|---:|---:|---:|---:|---:|']
+      f'The steps come from a {FLAGS.calibration_steps}-step calibration, which is noisy: the '
+      '*training s* column '
+      '(the summed step times the run logged) says how long each arm really trained.', '',
+      '| arm | steps | s/step | training s | held-out MLM acc. | Δ vs budget | floor | '
+      'masked tokens | loss |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in results:
     delta = (f'{r["eval_mlm_accuracy"] - budget["eval_mlm_accuracy"]:+.3f}'
              if budget and r is not budget else '')
     lines.append(f'| {r["arm"]} | {r["steps"]} | {r["calibrated_step_time"]:.3f} | '
-                 f'{r["eval_mlm_accuracy"]:.3f} | {delta} | {r["eval_majority_accuracy"]:.3f} | '
+                 f'{r["train_seconds"]:.0f} | {r["eval_mlm_accuracy"]:.3f} | {delta} | {r["eval_majority_accuracy"]:.3f} | '
                  f'{r["eval_masked_tokens"]} | {r["eval_loss"]:.3f} |')
   lines += ['', 'The budget recipe\'s keys (`sharedbert/config.py`, `BUDGET_RECIPE`):', '']
   budget_values = (budget or results[0])['overrides'] if results else {}
@@ -187,7 +203,7 @@ def main(argv):
     unknown = [a for a in chosen if a not in all_arms]
     if unknown:
       raise UserError(f'unknown arms {unknown}; known: {", ".join(all_arms)}')
-    load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
+    load = sitting_load(FLAGS.workdir)
     shown = [f'--{name}={FLAGS[name].value}' for name in ('out', 'seconds', 'preset', 'variant',
                                                         'corpus') if FLAGS[name].present]
     if FLAGS['arms'].present:  # Quoted: arm names have spaces.

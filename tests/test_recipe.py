@@ -191,3 +191,6 @@ def test_the_ablation_command_trains_each_arm_for_the_budget_and_reports(tmp_pat
   again = subprocess.run(result.args, cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=600)
   assert again.returncode == 0 and 'Starting a new run' not in again.stderr
+  # ...and the regenerated report keeps the load of the sitting that trained.
+  again_report = json.loads((out / 'ablation.json').read_text())
+  assert again_report['load_average_before'] == report['load_average_before']
