@@ -57,6 +57,7 @@ def get_config(arg=None):
   config.model.hidden_size = 64
   config.model.num_heads = 2
   config.model.mlp_dim = 256
+  config.model.pre_layer_norm = False  # BERT's post-LN; here so the flag can override it.
   config.model.dropout_rate = 0.0   # Fresh data every step: nothing to regularise.
   config.model.attention_dropout_rate = 0.0
   config.model.masa_atoms = 0       # ceil(L/3) atoms, the paper's 66.7% setting.
