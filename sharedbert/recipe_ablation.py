@@ -165,7 +165,8 @@ def write_report(results: list[dict], out: str, command: str, load: str):
     delta = (f'{r["eval_mlm_accuracy"] - budget["eval_mlm_accuracy"]:+.3f}'
              if budget and r is not budget else '')
     lines.append(f'| {r["arm"]} | {r["steps"]} | {r["calibrated_step_time"]:.3f} | '
-                 f'{r["train_seconds"]:.0f} | {r["eval_mlm_accuracy"]:.3f} | {delta} | {r["eval_majority_accuracy"]:.3f} | '
+                 f'{r["train_seconds"]:.0f} | {r["eval_mlm_accuracy"]:.3f} | {delta} | '
+                 f'{r["eval_majority_accuracy"]:.3f} | '
                  f'{r["eval_masked_tokens"]} | {r["eval_loss"]:.3f} |')
   lines += ['', 'The budget recipe\'s keys (`sharedbert/config.py`, `BUDGET_RECIPE`):', '']
   budget_values = (budget or results[0])['overrides'] if results else {}

@@ -7,8 +7,8 @@ program compile once per machine. Cache keys include the program and the JAX ver
 hit returns the same executable a compile would. SHAREDBERT_TEST_JAX_CACHE='' turns it off.
 
 The tests also ask LLVM for less optimisation of the CPU code (XLA's
---xla_backend_optimization_level=0): it halves the compile time of a tiny training run and
-costs nothing at the tests' sizes. It changes how fast the code runs, not what it computes
+--xla_backend_optimization_level=0): the six tiny-preset training tests of test_variants
+took 84 s instead of 142 s with it. It changes how fast the code runs, not what it computes
 (no fast-math either way); the frozen figures in tests/fixtures still hold to 1e-6. Set
 XLA_FLAGS yourself to override it.
 """

@@ -187,10 +187,14 @@ def test_the_ablation_command_trains_each_arm_for_the_budget_and_reports(tmp_pat
   assert arms['bert']['overrides'] == {}
   assert (out / 'learning_curves.png').stat().st_size > 0
   assert '| budget without mask 40% |' in (out / 'recipe.md').read_text()
+  # The load of the sitting is kept in the workdir; a regenerated report reads it from there.
+  load_file = tmp_path / 'w' / 'load_before.txt'
+  assert load_file.read_text() == report['load_average_before']
+  load_file.write_text('9.99, 9.99, 9.99')
   # A second run trains nothing again: each finished arm is read back.
   again = subprocess.run(result.args, cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=600)
   assert again.returncode == 0 and 'Starting a new run' not in again.stderr
-  # ...and the regenerated report keeps the load of the sitting that trained.
   again_report = json.loads((out / 'ablation.json').read_text())
-  assert again_report['load_average_before'] == report['load_average_before']
+  assert again_report['load_average_before'] == '9.99, 9.99, 9.99'
+  assert 'load average before: 9.99, 9.99, 9.99' in (out / 'recipe.md').read_text()
