@@ -19,7 +19,9 @@ Tasks (configs/probe.py holds their difficulty knobs):
   directed   a sequence of L distinct symbols, then Q queries "AFTER x" or "BEFORE x";
              predict the symbol right after (before) x. A pair (a, b) of neighbours needs
              b for "AFTER a" and a for "BEFORE b": the same two tokens, opposite
-             directions, which a symmetric score cannot tell apart within one head.
+             directions. A symmetric score can still answer through the absolute position
+             embeddings (docs/probe_cpu/tuning.md), so this measures how fast a variant
+             learns a direction carried by positions.
   induction  L distinct symbols, then Q of them (not the last) in random order; predict
              the symbol that followed each one's earlier occurrence (an induction head's
              job, "A B ... A -> B", without a causal mask).
