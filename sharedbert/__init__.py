@@ -5,7 +5,14 @@ notebook, `sharedbert.train.train_and_evaluate(config, workdir)`, and
 `sharedbert.restore(workdir)` to open a run's checkpoint on whatever devices you have.
 """
 
+import os
+
 __version__ = '0.1.0'
+
+# TensorFlow serves only the input pipelines (tf.data, tfds). On CPUs where it turns its
+# oneDNN kernels on, it prints a notice about "round-off errors" to stderr at import, whatever
+# TF_CPP_MIN_LOG_LEVEL says, into every command's error output; its kernels are not needed.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
 
 def __getattr__(name):

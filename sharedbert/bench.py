@@ -61,11 +61,13 @@ from sharedbert.bench_sizes import (BERT_BASE, GIB, SIZES, Size, bench_config, m
                                     step_parts, synthetic_batch)
 
 
-# (size, what is compared, threshold); the ratios come from one run.
+# (size, what is compared, threshold); the ratios come from one run. Issue 18's targets, and
+# issue 7's for the input pipeline (issue 7's others, 1.8x and 1.5x Hugging Face and shared
+# 1.25x standard at base width, were restated by issue 18).
 CPU_TARGETS = (
-    ('small', 'standard / Hugging Face tokens/s', 1.8),
-    ('base_width', 'standard / Hugging Face tokens/s', 1.5),
-    ('base_width', 'shared / standard tokens/s', 1.25),
+    ('small', 'standard / Hugging Face tokens/s', 1.35),
+    ('small', 'shared / standard tokens/s', 1.10),
+    ('base_width', 'shared / standard tokens/s', 1.15),
     ('base_width', 'standard MFU', 0.70),
     ('small', 'input pipeline / training step rate', 3.0),
 )

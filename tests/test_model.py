@@ -8,7 +8,7 @@ import pytest
 
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import (BertEncoder, BertForPretraining, BertForSequenceClassification,
-                                    ModelConfig)
+                                    ModelConfig, gelu)
 
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
             max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
@@ -180,6 +180,18 @@ def test_mlm_head_gathers_before_projection_and_ties_embeddings():
   logits = h @ np.asarray(params['bert']['embeddings']['word_embeddings']['embedding']).T
   logits += np.asarray(params['mlm_head']['output_bias'])
   np.testing.assert_allclose(out['mlm_logits'], logits, rtol=1e-4, atol=1e-4)
+
+
+def test_gelu_is_the_exact_gelu():
+  # The erf form (BERT's code) against jax's erfc form, values and derivatives, over the range
+  # where pre-activations live and beyond; and x * Phi(x) from the normal CDF in float64.
+  x = np.linspace(-12.0, 12.0, 20001).astype(np.float32)
+  np.testing.assert_allclose(gelu(x), jax.nn.gelu(x, approximate=False), atol=2e-6, rtol=0)
+  grad = jax.vmap(jax.grad(gelu))(x)
+  grad_ref = jax.vmap(jax.grad(lambda v: jax.nn.gelu(v, approximate=False)))(x)
+  np.testing.assert_allclose(grad, grad_ref, atol=2e-6, rtol=0)
+  from scipy.special import ndtr  # float64 reference.
+  np.testing.assert_allclose(gelu(x), x * ndtr(x.astype(np.float64)), atol=2e-6, rtol=0)
 
 
 def test_bfloat16_compute_keeps_float32_params():

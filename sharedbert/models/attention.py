@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import flax.linen as nn
 import jax
@@ -97,33 +97,45 @@ class OutputProjection(nn.Module):
   param_dtype: Dtype
 
   @nn.compact
-  def __call__(self, x, kernel=None):
-    """kernel: [N,H,D] from a cross-layer dictionary (masa); by default this module's own."""
+  def __call__(self, x, kernel=None, input_scale=None):
+    """kernel: [N,H,D] from a cross-layer dictionary (masa); by default this module's own.
+    input_scale: [N,H], x's columns scaled before W_o; folded into the kernel, a [N,H,D]
+    product instead of a [B,T,N,H] one."""
     _, _, n, h = x.shape
     if kernel is None:
       kernel = self.param('kernel', kernel_init(self.initializer_range, ('heads', 'kv', 'embed')),
                           (n, h, self.hidden_size), self.param_dtype)
     bias = self.param('bias', zeros_init(('embed',)), (self.hidden_size,), self.param_dtype)
-    y = jnp.einsum('BTNH,NHD->BTD', x.astype(self.dtype), kernel.astype(self.dtype))
+    kernel = kernel.astype(self.dtype)
+    if input_scale is not None:
+      kernel = kernel * input_scale[:, :, None].astype(self.dtype)
+    y = jnp.einsum('BTNH,NHD->BTD', x.astype(self.dtype), kernel)
     return y + bias.astype(self.dtype)
 
 
-def output_projection(module: nn.Module, out, hidden_size: int, kernel=None):
+def output_projection(module: nn.Module, out, hidden_size: int, kernel=None, input_scale=None):
   """W_o, created inside `module` under the name 'out' (its kernel given, for masa)."""
   c = module.config
   return OutputProjection(hidden_size, c.initializer_range, c.dtype, c.param_dtype,
-                          name='out')(out, kernel)
+                          name='out')(out, kernel, input_scale)
 
 
 def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dtype,
-           impl: str, dropout_rng: Callable[[], jax.Array] | None = None):
-  """Scaled dot-product attention over [B,T,N,H] inputs; softmax in float32."""
+           impl: str, dropout_rng: Callable[[], jax.Array] | None = None,
+           query_scaled: bool = False):
+  """Scaled dot-product attention over [B,T,N,H] inputs; softmax in float32.
+
+  query_scaled: q already carries the 1/sqrt(H) factor (a variant that folds it into a
+  parameter-sized product saves a pass over q).
+  """
   head_dim = q.shape[-1]
+  scale = 1.0 if query_scaled else 1.0 / math.sqrt(head_dim)
   use_dropout = dropout_rate > 0.0 and not deterministic
   if impl == 'fused' and not use_dropout:
     # XLA or cuDNN flash attention; it has no attention-probability dropout.
-    return jax.nn.dot_product_attention(q, k, v, mask=mask).astype(dtype)
-  q = q / jnp.sqrt(head_dim).astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale).astype(dtype)
+  if not query_scaled:
+    q = q / jnp.sqrt(head_dim).astype(q.dtype)
   scores = jnp.einsum('BTNH,BSNH->BNTS', q, k, preferred_element_type=jnp.float32)
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1)
@@ -175,6 +187,8 @@ class AttentionBase(nn.Module):
   # False: the class needs layer_index as a Python int, so model.scan_layers (which hands it
   # a traced index) is refused for it.
   scannable: bool = True
+  # True: `qkv` returns queries already multiplied by 1/sqrt(H).
+  query_scaled: ClassVar[bool] = False
 
   @classmethod
   def check_config(cls, config) -> None:
@@ -246,11 +260,11 @@ class AttentionBase(nn.Module):
     rng = (lambda: self.make_rng('dropout')) if not deterministic else None
     out = attend(q, k, v, mask, dropout_rate=c.attention_dropout_rate,
                  deterministic=deterministic, dtype=c.dtype, impl=c.attention_impl,
-                 dropout_rng=rng)
-    if value_scale:  # V = V' diag(scale), applied after P V' (see SharedAttention).
-      out = out * value_scale[0]
+                 dropout_rng=rng, query_scaled=self.query_scaled)
     out = nn.with_logical_constraint(out, ('batch', 'length', 'heads', 'kv'))
-    return output_projection(self, out, c.hidden_size, kernel=self.output_kernel(**kwargs))
+    # V = V' diag(scale): (P V') diag(scale) W_o, with diag(scale) folded into W_o.
+    return output_projection(self, out, c.hidden_size, kernel=self.output_kernel(**kwargs),
+                             input_scale=value_scale[0] if value_scale else None)
 
 
 def _dense(config) -> int:
@@ -277,6 +291,7 @@ class StandardAttention(AttentionBase):
 @register('shared')
 class SharedAttention(AttentionBase):
   """One projection S = xW_s + b_s; the roles are S scaled by per-layer diagonals."""
+  query_scaled = True
   paper_figures = ('Kowsher et al., arXiv 2412.00359', {'qkv': 66.53, 'total': 12.94}, '95.3M')
 
   @classmethod
@@ -308,10 +323,13 @@ class SharedAttention(AttentionBase):
         nn.initializers.constant(c.diag_init), ('qkv', 'heads', 'kv')),
         (3, c.num_heads, self.head_dim), c.param_dtype).astype(c.dtype)
     # Exactly Q = S diag(d_q), K = S diag(d_k), V = S diag(d_v), regrouped so that only one
-    # [B,T,N,H] tensor besides S is made: Q K^T = (S diag(d_q*d_k)) S^T, and
-    # P V = (P S) diag(d_v) since d_v scales V's columns. On a CPU this cut the step's time
-    # at D=768 by a tenth against materialising S*[d_q, d_k, d_v] (BENCHMARKS.md).
-    return s * (diag[0] * diag[1]), s, s, diag[2]
+    # [B,T,N,H] tensor besides S is made: Q K^T / sqrt(H) = (S diag(d_q*d_k/sqrt(H))) S^T,
+    # and P V W_o = (P S) diag(d_v) W_o, with diag(d_v) folded into W_o (`__call__`): the
+    # diagonals touch [N,H] and [N,H,D] arrays, never an extra [B,T,N,H] one. On a CPU, not
+    # materialising S*[d_q, d_k, d_v] cut the step's time at D=768 by a tenth, and the two
+    # folds took `shared` from about 1.045x to 1.065x `standard` (BENCHMARKS.md, issue 18).
+    query_diag = diag[0] * diag[1] * jnp.asarray(1.0 / math.sqrt(self.head_dim), c.dtype)
+    return s * query_diag, s, s, diag[2]
 
 
 @register('symmetric')

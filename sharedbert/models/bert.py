@@ -104,6 +104,15 @@ def layer_norm(cfg: ModelConfig, name: str):
       bias_init=zeros_init(('embed',)), name=name)
 
 
+def gelu(x):
+  """BERT's exact GELU, x * Phi(x), in the original BERT code's form 0.5 x (1 + erf(x/sqrt 2)).
+
+  `jax.nn.gelu(approximate=False)` computes the same function through erfc, which XLA:CPU
+  evaluates about twice as slowly; the two differ by about 1e-6 (BENCHMARKS.md, issue 18).
+  """
+  return 0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(np.sqrt(0.5), x.dtype)))
+
+
 def dense(cfg: ModelConfig, features: int, names: tuple[str, str], name: str):
   return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                   kernel_init=kernel_init(cfg.initializer_range, names),
@@ -146,7 +155,7 @@ class FeedForward(nn.Module):
   def __call__(self, x):
     c = self.config
     h = dense(c, c.mlp_dim, ('embed', 'mlp'), 'intermediate')(x)
-    h = nn.gelu(h, approximate=False)  # BERT's exact (erf) GELU.
+    h = gelu(h)
     h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
     return dense(c, c.hidden_size, ('mlp', 'embed'), 'output')(h)
 
@@ -301,7 +310,7 @@ class MLMHead(nn.Module):
   def __call__(self, h, attend):
     c = self.config
     h = dense(c, c.hidden_size, ('embed', None), 'transform')(h)
-    h = nn.gelu(h, approximate=False)
+    h = gelu(h)
     h = layer_norm(c, 'transform_norm')(h)
     bias = self.param('output_bias', zeros_init(('vocab',)), (c.vocab_size,), c.param_dtype)
     return attend(h).astype(jnp.float32) + bias
