@@ -1,0 +1,109 @@
+"""Where a training step's time goes: op times from a jax.profiler trace, by part of the model.
+
+    python tools/profile_step.py --size=small --variant=shared [--traced_steps=3] [--out=/tmp/prof]
+
+Builds the benchmark's step (`sharedbert.bench.StepTimer`: the same compiled training step
+as `python -m sharedbert.bench`), times a few steps, traces `--traced_steps` more with the Python
+tracer off, and sums each XLA op's time from the trace (Perfetto JSON). Each op is attributed
+through the `op_name` metadata of the compiled HLO to a part of the model (attention, FFN,
+LayerNorms, MLM head, optimizer) and to the forward or backward pass, and split into matrix
+products (YNNPACK fusions and dots) and everything else. Also printed: the time in which no
+op runs, and the ops' total time over the wall time (how much XLA:CPU overlapped them).
+BENCHMARKS.md ("What the profile shows") was read off this output.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import re
+import statistics
+
+from absl import app
+from absl import flags
+import jax
+
+from sharedbert.bench import StepTimer
+from sharedbert.bench_sizes import SIZES
+
+flags.DEFINE_string('size', 'small', 'A size of sharedbert.bench_sizes.SIZES.')
+flags.DEFINE_string('variant', 'standard', 'Attention variant.')
+flags.DEFINE_integer('traced_steps', 3, 'Traced steps.')
+flags.DEFINE_string('out', '/tmp/profile_step', 'Where the trace goes.')
+flags.DEFINE_integer('top', 15, 'How many of the slowest non-product ops to list.')
+FLAGS = flags.FLAGS
+
+# Runtime bookkeeping events, not ops.
+_NOT_OPS = ('ThunkExecutor', 'SlinkyThreadPool', 'ThreadpoolListener', 'PjitFunction',
+            'CommonPjRt', 'ParseArguments', 'Handle inputs')
+
+
+def _part(op_name: str) -> str:
+  path = re.sub(r'layer_\d+', 'layer_N', op_name)
+  if 'jvp(' not in path:
+    return 'optimizer'
+  for key, part in (('attention_norm', 'layernorm'), ('output_norm', 'layernorm'),
+                    ('LayerNorm', 'layernorm'), ('final_norm', 'layernorm'),
+                    ('/attention', 'attention'), ('/mlp', 'ffn'), ('mlm', 'mlm head'),
+                    ('attend', 'mlm head'), ('embeddings', 'embeddings')):
+    if key in path:
+      return part
+  return 'other'
+
+
+def summarise(trace_dir: str, hlo: str, steps: int) -> None:
+  path = glob.glob(f'{trace_dir}/**/perfetto_trace.json.gz', recursive=True)[-1]
+  with gzip.open(path) as f:
+    data = json.load(f)
+  events = data['traceEvents'] if isinstance(data, dict) else data
+  ops = [e for e in events if e.get('ph') == 'X' and 'dur' in e
+         and not e['name'].startswith(_NOT_OPS)]
+  op_time = collections.Counter()
+  for e in ops:
+    op_time[e['name']] += e['dur'] / 1e3 / steps  # ms per step
+  names = dict(re.findall(r'\n\s*%?([\w.\-]+) = [^\n]*?op_name="([^"]*)"', hlo))
+  table = collections.Counter()
+  for name, ms in op_time.items():
+    kind = 'products' if name.startswith(('ynn_fusion', 'dot')) else 'other ops'
+    op_name = names.get(name, '')
+    direction = 'backward' if 'transpose(jvp' in op_name else 'forward'
+    table[(_part(op_name), direction, kind)] += ms
+  print(f'{"part":12s} {"pass":9s} {"kind":10s} ms/step')
+  for key in sorted(table):
+    print(f'{key[0]:12s} {key[1]:9s} {key[2]:10s} {table[key]:7.1f}')
+  for kind in ('products', 'other ops'):
+    print(f'total {kind}: {sum(v for k, v in table.items() if k[2] == kind):.1f} ms/step')
+  # Wall span, and the time in which no op runs (a sweep over the ops' intervals).
+  edges = sorted([(e['ts'], 1) for e in ops] + [(e['ts'] + e['dur'], -1) for e in ops])
+  idle, running, last = 0.0, 0, edges[0][0]
+  for t, delta in edges:
+    if running == 0:
+      idle += t - last
+    running += delta
+    last = t
+  span = (edges[-1][0] - edges[0][0]) / 1e3 / steps
+  print(f'span {span:.0f} ms/step, no op running {idle / 1e3 / steps:.0f} ms/step, '
+        f'ops overlap {sum(op_time.values()) / span:.2f}x')
+  print(f'slowest {FLAGS.top} ops outside the products (ms/step, op, model path):')
+  others = [(ms, n) for n, ms in op_time.items() if not n.startswith(('ynn_fusion', 'dot'))]
+  for ms, name in sorted(others, reverse=True)[:FLAGS.top]:
+    print(f'  {ms:6.1f} {name:32s} {names.get(name, "")[-90:]}')
+
+
+def main(argv):
+  del argv
+  timer = StepTimer(SIZES[FLAGS.size], FLAGS.variant)
+  timer.run(3, 2)
+  print(f'{FLAGS.size} {FLAGS.variant}: median step {statistics.median(timer.times) * 1e3:.0f} '
+        'ms untraced')
+  options = jax.profiler.ProfileOptions()
+  options.python_tracer_level = 0
+  with jax.profiler.trace(FLAGS.out, create_perfetto_trace=True, profiler_options=options):
+    timer.run(FLAGS.traced_steps, 0)
+  summarise(FLAGS.out, timer.compiled.as_text(), FLAGS.traced_steps)
+
+
+if __name__ == '__main__':
+  app.run(main)
