@@ -165,18 +165,24 @@ def _layout_hint(spec: TaskSpec) -> str:
           f'<glue_dir>/{spec.glue_dir_name}/{{{names}}}')
 
 
+def _gfile():
+  """tf.io.gfile, so that glue_dir may be local or gs://; imported on first use."""
+  import tensorflow as tf
+  return tf.io.gfile
+
+
 def available_tasks(glue_dir: str) -> list[str]:
   """Names of the tasks (TASKS order) whose directory exists in `glue_dir`."""
-  if not os.path.isdir(glue_dir):
+  if not _gfile().isdir(glue_dir):
     raise UserError(f'GLUE data directory {glue_dir} does not exist; set '
                     f'data.glue_dir to the folder holding CoLA/, SST-2/, ...')
   return [n for n, s in TASKS.items()
-          if os.path.isdir(os.path.join(glue_dir, s.glue_dir_name))]
+          if _gfile().isdir(os.path.join(glue_dir, s.glue_dir_name))]
 
 
 def _read_lines(path: str) -> list[str]:
   """Lines of a UTF-8 file, BOM and CR stripped, split on '\\n' only."""
-  with open(path, 'rb') as f:
+  with _gfile().GFile(path, 'rb') as f:
     data = f.read()
   try:
     text = data.decode('utf-8')
@@ -228,8 +234,9 @@ def read_glue_dir(glue_dir: str, task: Union[str, TaskSpec], split: str,
   """
   spec = get_task(task)
   path = os.path.join(glue_dir, spec.glue_dir_name, split_filename(spec, split))
-  if not os.path.isfile(path):
-    what = ('task directory' if not os.path.isdir(os.path.dirname(path))
+  gfile = _gfile()
+  if not gfile.exists(path) or gfile.isdir(path):
+    what = ('task directory' if not gfile.isdir(os.path.dirname(path))
             else 'split file')
     raise UserError(f'GLUE {what} missing: {path} not found; {_layout_hint(spec)}')
   lines = _read_lines(path)
@@ -377,8 +384,8 @@ def write_submission(path: str, task: Union[str, TaskSpec],
   rows = [f'{int(i)}\t{_format_prediction(spec, p)}' for i, p in items]
   parent = os.path.dirname(path)
   if parent:
-    os.makedirs(parent, exist_ok=True)
-  with open(path, 'w', encoding='utf-8', newline='\n') as f:
+    _gfile().makedirs(parent)
+  with _gfile().GFile(path, 'w') as f:  # UTF-8, '\n' line ends.
     f.write('index\tprediction\n')
     for row in rows:
       f.write(row + '\n')
