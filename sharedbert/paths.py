@@ -20,6 +20,13 @@ from typing import Optional
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def gfile():
+  """tf.io.gfile, for paths that may be local or gs://; TensorFlow is imported on first use,
+  so modules that only sometimes touch files stay light to import."""
+  import tensorflow as tf
+  return tf.io.gfile
+
+
 def _within(path: str, base: str) -> bool:
   return os.path.commonpath([path, base]) == base
 

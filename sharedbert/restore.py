@@ -33,6 +33,7 @@ import ml_collections
 import numpy as np
 
 from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import paths
 from sharedbert import sharding
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
@@ -306,7 +307,7 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
   """
   from sharedbert import classifiers
   from sharedbert.models.bert import BertForSequenceClassification
-  with tf_gfile().GFile(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE)) as f:
+  with paths.gfile().GFile(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE)) as f:
     head = json.load(f)
   model_cfg = ModelConfig.from_config(head['model'])
   tokenizer = open_vocab(seed_dir, model_cfg)
@@ -322,11 +323,6 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
   head, params, epoch = classifiers.read_classifier(seed_dir, step, shardings=shardings)
   return RestoredClassifier(model=model, params=params, tokenizer=tokenizer, head=head,
                             mesh=target_mesh, step=epoch, axis_rules=axis_rules)
-
-
-def tf_gfile():
-  import tensorflow as tf
-  return tf.io.gfile
 
 
 def _default_rules():

@@ -11,16 +11,11 @@ import os
 import ml_collections
 
 from sharedbert.errors import UserError
+from sharedbert.paths import gfile as _gfile  # data may be gs://.
 
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             'configs')
 DONE_FILE = 'study_done.json'
-
-
-def _gfile():
-  """tf.io.gfile (local or gs:// data), imported when a folder is first looked at."""
-  import tensorflow as tf
-  return tf.io.gfile
 
 
 # ---------------------------------------------------------------------------------------

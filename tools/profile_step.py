@@ -37,12 +37,14 @@ FLAGS = flags.FLAGS
 
 # Runtime bookkeeping events, not ops.
 _NOT_OPS = ('ThunkExecutor', 'SlinkyThreadPool', 'ThreadpoolListener', 'PjitFunction',
-            'CommonPjRt', 'ParseArguments', 'Handle inputs')
+            'CommonPjRt', 'ParseArguments', 'Handle inputs', 'np.asarray')
 
 
 def _part(op_name: str) -> str:
+  if not op_name:
+    return 'unattributed'
   path = re.sub(r'layer_\d+', 'layer_N', op_name)
-  if 'jvp(' not in path:
+  if 'jvp(' not in path:  # Outside the model's forward and backward pass.
     return 'optimizer'
   for key, part in (('attention_norm', 'layernorm'), ('output_norm', 'layernorm'),
                     ('LayerNorm', 'layernorm'), ('final_norm', 'layernorm'),
@@ -54,7 +56,8 @@ def _part(op_name: str) -> str:
 
 
 def summarise(trace_dir: str, hlo: str, steps: int) -> None:
-  path = glob.glob(f'{trace_dir}/**/perfetto_trace.json.gz', recursive=True)[-1]
+  # The newest run's trace (the run folders are named by time), should --out be reused.
+  path = sorted(glob.glob(f'{trace_dir}/**/perfetto_trace.json.gz', recursive=True))[-1]
   with gzip.open(path) as f:
     data = json.load(f)
   events = data['traceEvents'] if isinstance(data, dict) else data

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Optional, Union
 
 from sharedbert.errors import UserError
+from sharedbert.paths import gfile as _gfile  # glue_dir may be gs://.
 
 Label = Union[int, float, None]
 
@@ -163,12 +164,6 @@ def _layout_hint(spec: TaskSpec) -> str:
   names = ', '.join(split_filename(spec, s) for s in spec.splits)
   return (f'expected the glue_data layout of download_glue_data.py: '
           f'<glue_dir>/{spec.glue_dir_name}/{{{names}}}')
-
-
-def _gfile():
-  """tf.io.gfile, so that glue_dir may be local or gs://; imported on first use."""
-  import tensorflow as tf
-  return tf.io.gfile
 
 
 def available_tasks(glue_dir: str) -> list[str]:
