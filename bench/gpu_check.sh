@@ -9,8 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench}"
+# `python` where a virtual environment provides one, else python3 (bare CUDA images).
+PYTHON="${PYTHON:-$(command -v python || command -v python3)}"
 mkdir -p "$out"
-python - <<'PY'
+"$PYTHON" - <<'PY'
 import jax, sys
 if jax.devices()[0].platform != 'gpu':
   sys.exit(f'bench/gpu_check.sh: no GPU visible to jax (devices: {jax.devices()})')
@@ -19,5 +21,5 @@ PY
 # One device: the check is about one chip's MFU.
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
-timeout 300 python -m sharedbert.bench --preset=gpu --hf_python=none \
+timeout 300 "$PYTHON" -m sharedbert.bench --preset=gpu --hf_python=none \
   --out_json="$out/gpu_results.json" --out_md="$out/GPU.md" "$@"

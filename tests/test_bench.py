@@ -4,6 +4,7 @@ never a test dependency."""
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -158,3 +159,24 @@ def test_peer_rounds_merge_into_one_row():
   assert out['peak_rss_bytes'] == 7 and out['first_step_s'] == 9.0
   assert out['tokens_per_s'] == pytest.approx(size.batch * size.seq_len / 2.5)
   assert out['achieved_flops_per_s'] == pytest.approx(40.0)
+
+
+def test_accelerator_tools_run_without_tensorflow():
+  """CUDA images often lack TensorFlow (the H200 machines here do): the benchmark, the
+  profiler and tools/gpu_parity.py import nothing of it. gpu_parity runs whole, on the CPU."""
+  import os
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import sys, runpy\n"
+          "sys.modules['tensorflow'] = sys.modules['tensorflow_datasets'] = None\n"
+          "import sharedbert.bench\n"
+          "sys.path.insert(0, 'tools'); import profile_step\n"
+          "sys.argv = ['gpu_parity', '--variants=shared']\n"
+          "runpy.run_path('tools/gpu_parity.py', run_name='__main__')\n")
+  out = subprocess.run([sys.executable, '-c', code], cwd=root, capture_output=True, text=True,
+                       env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert 'no accelerator' in out.stdout
+  assert re.search(r'^shared \| 9\.\d+ \| 0\.0e\+00 \| 0\.0e\+00', out.stdout, re.M), out.stdout
+  assert 'OK: every variant' in out.stdout

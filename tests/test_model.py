@@ -224,3 +224,33 @@ def test_unknown_variant_is_a_user_error():
   from sharedbert.errors import UserError
   with pytest.raises(UserError, match='unknown attention variant'):
     ModelConfig(attention='nope', **TINY).validate()
+
+
+def test_embeddings_are_the_three_table_lookups():
+  """Token + position + segment rows, then LayerNorm: outputs and gradients equal the
+  literal lookups (the segment rows come from a one-hot product, the positions from a slice)."""
+  from sharedbert.models.bert import Embeddings
+  cfg = ModelConfig(**TINY)
+  ids, segments, _, _ = make_inputs()
+  module = Embeddings(cfg)
+  params = nn.unbox(module.init(jax.random.key(0), ids, segments, deterministic=True)['params'])
+  weights = np.random.default_rng(1).normal(size=(*ids.shape, cfg.hidden_size))
+
+  def reference(p):
+    x = (jnp.take(p['word_embeddings']['embedding'], ids, axis=0)
+         + jnp.take(p['position_embeddings']['embedding'], np.arange(ids.shape[1]), axis=0)
+         + jnp.take(p['token_type_embeddings']['embedding'], segments, axis=0))
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    y = (x - mean) / jnp.sqrt(var + cfg.layer_norm_eps)
+    return jnp.sum((y * p['LayerNorm']['scale'] + p['LayerNorm']['bias']) * weights)
+
+  def ours(p):
+    return jnp.sum(module.apply({'params': p}, ids, segments, deterministic=True) * weights)
+
+  np.testing.assert_allclose(ours(params), reference(params), rtol=1e-6)
+  # Sums of ~1e2 terms: differences of float32 rounding, relative to each table's scale.
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
+                                                       atol=1e-6 * np.abs(b).max()),
+               jax.grad(ours)(params), jax.grad(reference)(params))
+

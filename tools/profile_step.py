@@ -10,6 +10,10 @@ LayerNorms, MLM head, optimizer) and to the forward or backward pass, and split 
 products (YNNPACK fusions and dots) and everything else. Also printed: the time in which no
 op runs, and the ops' total time over the wall time (how much XLA:CPU overlapped them).
 BENCHMARKS.md ("What the profile shows") was read off this output.
+
+On a GPU the trace holds the device's kernels as well: then the kernel time per step is
+printed by kind (matrix products, attention, everything else), with the slowest kernels and
+how much of the step the GPU was busy (idle gaps mean the host or launches hold it back).
 """
 
 from __future__ import annotations
@@ -95,6 +99,53 @@ def summarise(trace_dir: str, hlo: str, steps: int) -> None:
     print(f'  {ms:6.1f} {name:32s} {names.get(name, "")[-90:]}')
 
 
+def _kernel_kind(name: str) -> str:
+  low = name.lower()
+  if any(k in low for k in ('flash', 'fmha', 'cudnn', 'attention')):
+    return 'attention kernels'
+  if any(k in low for k in ('gemm', 'cutlass', 'cublas', 'sm90_xmma', 'nvjet', 'matmul',
+                            'triton_gemm', 'dot')):
+    return 'matrix products'
+  return 'other kernels'
+
+
+def summarise_device(trace_dir: str, steps: int, top: int) -> None:
+  """Kernel time per step on the accelerator's streams (processes named like /device:GPU:0)."""
+  path = sorted(glob.glob(f'{trace_dir}/**/perfetto_trace.json.gz', recursive=True))[-1]
+  with gzip.open(path) as f:
+    data = json.load(f)
+  events = data['traceEvents'] if isinstance(data, dict) else data
+  names = {e['pid']: e.get('args', {}).get('name', '') for e in events
+           if e.get('ph') == 'M' and e.get('name') == 'process_name'}
+  print('processes: ' + '; '.join(f'{pid}={n}' for pid, n in sorted(names.items())))
+  device_pids = {pid for pid, n in names.items() if 'GPU' in n or 'TPU' in n}
+  kernels = [e for e in events if e.get('ph') == 'X' and 'dur' in e and e['pid'] in device_pids]
+  if not kernels:
+    print('no device events in the trace (is the profiler plugin for this backend there?)')
+    return
+  by_name, by_kind = collections.Counter(), collections.Counter()
+  for e in kernels:
+    ms = e['dur'] / 1e3 / steps
+    by_name[e['name']] += ms
+    by_kind[_kernel_kind(e['name'])] += ms
+  for kind, ms in by_kind.most_common():
+    print(f'{kind:18s} {ms:8.2f} ms/step')
+  edges = sorted([(e['ts'], 1) for e in kernels] + [(e['ts'] + e['dur'], -1) for e in kernels])
+  busy, running, last = 0.0, 0, edges[0][0]
+  for t, delta in edges:
+    if running > 0:
+      busy += t - last
+    running += delta
+    last = t
+  span = (edges[-1][0] - edges[0][0]) / 1e3 / steps
+  print(f'span {span:.1f} ms/step, a kernel running {busy / 1e3 / steps:.1f} ms/step, '
+        f'{len(kernels) / steps:.0f} kernels/step')
+  print(f'slowest {top} kernels (ms/step, calls/step, name):')
+  calls = collections.Counter(e['name'] for e in kernels)
+  for name, ms in by_name.most_common(top):
+    print(f'  {ms:7.2f} {calls[name] / steps:5.0f}  {name[:110]}')
+
+
 def main(argv):
   del argv
   timer = StepTimer(SIZES[FLAGS.size], FLAGS.variant)
@@ -105,7 +156,10 @@ def main(argv):
   options.python_tracer_level = 0
   with jax.profiler.trace(FLAGS.out, create_perfetto_trace=True, profiler_options=options):
     timer.run(FLAGS.traced_steps, 0)
-  summarise(FLAGS.out, timer.compiled.as_text(), FLAGS.traced_steps)
+  if jax.devices()[0].platform == 'cpu':
+    summarise(FLAGS.out, timer.compiled.as_text(), FLAGS.traced_steps)
+  else:
+    summarise_device(FLAGS.out, FLAGS.traced_steps, FLAGS.top)
 
 
 if __name__ == '__main__':

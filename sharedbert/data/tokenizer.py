@@ -28,8 +28,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
-import tensorflow as tf
-
+from sharedbert import paths
 from sharedbert.errors import UserError
 
 # The sentencepiece vocabulary's fixed ids.
@@ -308,9 +307,9 @@ def _bert_post_processor(tok, ours: Tokenizer):
 def read_wordpiece(directory: str) -> WordPieceTokenizer:
   """The vocab.txt (+ tokenizer_config.json) of a Hugging Face or sharedbert directory."""
   path = os.path.join(directory, WORDPIECE_FILE)
-  if not tf.io.gfile.exists(path):
+  if not paths.gfile().exists(path):
     raise UserError(f'{path} not found')
-  with tf.io.gfile.GFile(path, 'rb') as f:
+  with paths.gfile().GFile(path, 'rb') as f:
     try:
       text = f.read().decode('utf-8')
     except UnicodeDecodeError as e:
@@ -320,8 +319,8 @@ def read_wordpiece(directory: str) -> WordPieceTokenizer:
     vocab.pop()
   settings = {}
   config_path = os.path.join(directory, WORDPIECE_CONFIG)
-  if tf.io.gfile.exists(config_path):
-    with tf.io.gfile.GFile(config_path) as f:
+  if paths.gfile().exists(config_path):
+    with paths.gfile().GFile(config_path) as f:
       try:
         settings = json.load(f)
       except json.JSONDecodeError as e:
@@ -376,15 +375,15 @@ def _train_sentencepiece(documents, model, vocab_size, model_type, max_sentences
 
 
 def load(path: str) -> SentencePieceTokenizer:
-  with tf.io.gfile.GFile(path, 'rb') as f:
+  with paths.gfile().GFile(path, 'rb') as f:
     return SentencePieceTokenizer(f.read())
 
 
 def _write_atomic(path: str, data: bytes):
   tmp = path + '.tmp'
-  with tf.io.gfile.GFile(tmp, 'wb') as f:
+  with paths.gfile().GFile(tmp, 'wb') as f:
     f.write(data)
-  tf.io.gfile.rename(tmp, path, overwrite=True)  # Never a half-written vocabulary.
+  paths.gfile().rename(tmp, path, overwrite=True)  # Never a half-written vocabulary.
 
 
 def save(tokenizer: SentencePieceTokenizer, path: str):
@@ -393,8 +392,8 @@ def save(tokenizer: SentencePieceTokenizer, path: str):
 
 def vocab_kind(workdir: str) -> str | None:
   """'sentencepiece' (vocab.model), 'wordpiece' (vocab.txt) or None."""
-  has_sp = tf.io.gfile.exists(os.path.join(workdir, VOCAB_FILE))
-  has_wp = tf.io.gfile.exists(os.path.join(workdir, WORDPIECE_FILE))
+  has_sp = paths.gfile().exists(os.path.join(workdir, VOCAB_FILE))
+  has_wp = paths.gfile().exists(os.path.join(workdir, WORDPIECE_FILE))
   if has_sp and has_wp:
     raise UserError(f'{workdir} holds both {VOCAB_FILE} and {WORDPIECE_FILE}; keep the one '
                     'whose ids match the checkpoint\'s embeddings')
@@ -415,7 +414,7 @@ def copy_vocab(source: str, target: str) -> list[str]:
   """Copies a workdir's vocabulary file(s) to another directory; returns their names."""
   copied = []
   for name in VOCAB_FILES:
-    if tf.io.gfile.exists(os.path.join(source, name)):
-      tf.io.gfile.copy(os.path.join(source, name), os.path.join(target, name), overwrite=True)
+    if paths.gfile().exists(os.path.join(source, name)):
+      paths.gfile().copy(os.path.join(source, name), os.path.join(target, name), overwrite=True)
       copied.append(name)
   return copied
