@@ -144,8 +144,10 @@ def _restore_params(workdir, step, model, config, mesh, axis_rules):
   import orbax.checkpoint as ocp
   from etils import epath
 
-  d = config.data
-  z = jnp.zeros((1, d.seq_len), jnp.int32)
+  # Parameter shapes do not depend on the length; an imported checkpoint's recipe may keep a
+  # data.seq_len longer than its position table, so the shorter of the two.
+  length = min(config.data.seq_len, config.model.max_position_embeddings)
+  z = jnp.zeros((1, length), jnp.int32)
   inputs = (z, z, jnp.ones_like(z), jnp.zeros((1, 2), jnp.int32))  # As pretrain_step.init_params.
   with nn.logical_axis_rules(axis_rules):
     boxed = jax.eval_shape(lambda r: model.init({'params': r}, *inputs)['params'],

@@ -255,6 +255,15 @@ def test_embeddings_are_the_three_table_lookups():
                jax.grad(ours)(params), jax.grad(reference)(params))
 
 
+def test_sequences_longer_than_the_position_table_are_refused():
+  """A slice past the table's end would silently give fewer rows (a gather gave NaN rows)."""
+  from sharedbert.errors import UserError
+  model = BertForPretraining(ModelConfig(**TINY))  # 16 positions.
+  ids = np.zeros((1, 17), np.int32)
+  with pytest.raises(UserError, match='17 tokens exceed model.max_position_embeddings=16'):
+    model.init(jax.random.key(0), ids, ids, np.ones_like(ids), np.zeros((1, 2), np.int32))
+
+
 def test_training_step_scatters_only_into_the_word_table():
   """The segment and position tables take no scatter-add in the backward pass (on a GPU the
   segment table's, every token into one of 2 rows, is a queue of atomic adds on the same

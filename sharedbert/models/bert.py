@@ -142,14 +142,18 @@ class Embeddings(nn.Module):
     # token's gradient is added into the tables in float32. Done in bfloat16 (nn.Embed casts
     # the table first), that scatter-add rounds at each add and runs as slow atomic loops on
     # a GPU.
+    length, table_rows = input_ids.shape[1], self.config.max_position_embeddings
+    if length > table_rows:  # A slice past the table would be shorter, not an error.
+      raise UserError(f'sequences of {length} tokens exceed model.max_position_embeddings='
+                      f'{table_rows}')
     words = jnp.take(self.word_embeddings.embedding, input_ids, axis=0)
-    positions = self.position_embeddings.embedding[:input_ids.shape[1]]  # A slice, no gather.
-    # Segments as a one-hot product over their few rows: as a gather, its gradient adds every
-    # token into one of 2 rows, and on an H200 that scatter (a queue of atomic adds on the same
-    # addresses) took 180 of a BERT-base step's 296 ms. Exact: the weights are 0 and 1.
+    positions = self.position_embeddings.embedding[:length]  # A slice, no gather.
+    # Segments as a one-hot weighted sum of their few rows (elementwise; the weights are 0 and
+    # 1, so exact): as a gather, its gradient adds every token into one of 2 rows, a queue of
+    # atomic adds on the same addresses on a GPU; here it is a sum over the tokens.
     table = self.token_type_embeddings.embedding
     one_hot = jax.nn.one_hot(segment_ids, table.shape[0], dtype=table.dtype)
-    segments = jnp.einsum('BTS,SD->BTD', one_hot, table, precision=jax.lax.Precision.HIGHEST)
+    segments = jnp.sum(one_hot[..., None] * table, axis=-2)
     x = (words + positions[None] + segments).astype(self.config.dtype)
     return self.dropout(self.LayerNorm(x), deterministic=deterministic)
 
