@@ -1,0 +1,34 @@
+"""The README's config reference and the code agree: every `model.*` key it documents is a
+field of ModelConfig, and every field is documented (a row once described a key that the
+code never had)."""
+
+import dataclasses
+import os
+import re
+
+from sharedbert.models.bert import ModelConfig
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'README.md')
+
+
+def documented_model_keys() -> set:
+  """Keys in the first cell of the config reference's rows: `model.x`, `model.{a,b}`."""
+  with open(README, encoding='utf-8') as f:
+    text = f.read()
+  section = text[text.index('## Configs'):]
+  section = section[:section.index('\n## ', 1)]
+  keys = set()
+  for line in section.splitlines():
+    if not line.startswith('| `model.'):
+      continue
+    first_cell = line.split('|')[1]
+    for name in re.findall(r'`model\.([^`]+)`', first_cell):
+      keys.update(name.strip('{}').split(',') if name.startswith('{') else [name])
+  return keys
+
+
+def test_readme_documents_exactly_the_model_keys():
+  fields = {f.name for f in dataclasses.fields(ModelConfig)}
+  documented = documented_model_keys()
+  assert documented - fields == set(), 'documented but not in ModelConfig'
+  assert fields - documented == set(), 'in ModelConfig but not documented'
