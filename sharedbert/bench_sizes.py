@@ -33,6 +33,7 @@ class Size:
   attention_impl: str = 'xla'
   attention_dropout_rate: float = 0.1
   remat: str = 'none'
+  one_hot_embeddings: bool = False
 
   def text(self) -> str:
     return (f'{self.num_layers} layers, D={self.hidden_size}, {self.num_heads} heads, '
@@ -50,6 +51,10 @@ SIZES = {
     # probability dropout (sharedbert falls back to the einsum path when it is on), so it is 0.
     'gpu_base': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
                      attention_dropout_rate=0.0),
+    # The same with the word table's gradient as a one-hot product (model.one_hot_embeddings):
+    # the A/B for XLA:GPU's contended scatter-add (BENCHMARKS.md, GPU).
+    'gpu_base_one_hot': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
+                             attention_dropout_rate=0.0, one_hot_embeddings=True),
     # Seconds on a CPU: for tests and quick checks of the harness.
     'smoke': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3),
     'smoke_fused_bf16': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3,
@@ -63,7 +68,7 @@ def bench_config(size: Size, attention: str, remat: str | None = None):
   config = config_lib.pretrain_config(attention, 'size=small')
   m = config.model
   for key in ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim', 'vocab_size', 'dtype',
-              'attention_impl', 'attention_dropout_rate'):
+              'attention_impl', 'attention_dropout_rate', 'one_hot_embeddings'):
     m[key] = getattr(size, key)
   m.remat = remat or size.remat
   m.max_position_embeddings = max(m.max_position_embeddings, size.seq_len)

@@ -13,7 +13,8 @@ The accounting of ../DESIGN.md ("Throughput accounting", as MaxText counts it):
     three, `symmetric` two, and so on; work that does not scale with the batch (masa's
     kernels) is its `extra_flops`;
   - elementwise work (softmax, GELU, LayerNorm, the shared diagonals, dropout), gathers and
-    the embedding lookups are not counted, and neither is the [CLS] pooler, whose output the
+    the embedding lookups are not counted (but the word table's one-hot gradient product of
+    `model.one_hot_embeddings` is), and neither is the [CLS] pooler, whose output the
     MLM loss does not use (XLA removes it from the step).
 
 `train_step_flops(model_cfg, batch, seq_len, mlm_rows)` is what a throughput report needs:
@@ -66,8 +67,13 @@ def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int
 
 
 def train_step_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> int:
-  """FLOPs of one training step's matrix products: forward plus backward (3x forward)."""
-  return TRAIN_MULTIPLIER * sum(forward_flops(cfg, batch, seq_len, mlm_rows).values())
+  """FLOPs of one training step's matrix products: forward plus backward (3x forward), and
+  with `model.one_hot_embeddings` the word table's gradient, one_hot(ids)^T g (backward only:
+  the forward lookup stays a gather)."""
+  total = TRAIN_MULTIPLIER * sum(forward_flops(cfg, batch, seq_len, mlm_rows).values())
+  if getattr(cfg, 'one_hot_embeddings', False):
+    total += matmul(batch * seq_len, cfg.vocab_size, cfg.hidden_size)
+  return total
 
 
 def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float) -> float:

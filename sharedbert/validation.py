@@ -120,6 +120,7 @@ MODEL = {
     'layer_norm_eps': number(0, low_open=True),
     'pre_layer_norm': BOOL,
     'scan_layers': BOOL,
+    'one_hot_embeddings': BOOL,
     'diag_init': number(),
     'qk_shared_fraction': number(0, 1),
     'masa_atoms': integer(0, text='a positive integer, or 0 for ceil(num_layers / 3)'),

@@ -65,12 +65,14 @@ TINY = dict(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32
             masa_atoms=1)
 
 
-@pytest.mark.parametrize('attention', sorted(attention_lib.VARIANTS))
-def test_counter_matches_the_products_the_model_runs(attention):
+@pytest.mark.parametrize('attention,one_hot_embeddings',
+                         [(v, False) for v in sorted(attention_lib.VARIANTS)]
+                         + [('standard', True)])
+def test_counter_matches_the_products_the_model_runs(attention, one_hot_embeddings):
   """For every registered variant: the counter equals the dot_generals JAX traces for the
   forward pass (less the [CLS] pooler, which the MLM loss does not use), and the gradient
-  adds twice that."""
-  cfg = ModelConfig(attention=attention, **TINY)
+  adds twice that (and the word table's one-hot gradient product, when it is on)."""
+  cfg = ModelConfig(attention=attention, one_hot_embeddings=one_hot_embeddings, **TINY)
   b, t, p = 3, 8, 2
   model = BertForPretraining(cfg)
   batch = {

@@ -275,3 +275,28 @@ def test_training_step_scatters_only_into_the_word_table():
   tables = [line for line in scatters if '/embeddings/' in line]
   # One: into the word table, [vocabulary 128, D 32] (smoke size), in float32.
   assert len(tables) == 1 and re.search(r'= f32\[128,32\]', tables[0]), tables
+
+
+def test_one_hot_embeddings_give_the_same_numbers_without_a_scatter():
+  """model.one_hot_embeddings: the word table's gradient as one_hot(ids)^T g, equal to the
+  scatter-add's in float32; the compiled step then has no embedding scatter at all."""
+  import dataclasses
+  import re
+  from sharedbert import bench
+  inputs = make_inputs()
+  plain = BertForPretraining(ModelConfig(**TINY))
+  one_hot = BertForPretraining(ModelConfig(one_hot_embeddings=True, **TINY))
+  params = init(plain, inputs)
+
+  def loss(model, p):
+    return jnp.sum(model.apply({'params': p}, *inputs)['mlm_logits'] ** 2)
+  np.testing.assert_allclose(loss(one_hot, params), loss(plain, params), rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
+                                                       atol=1e-6 * np.abs(b).max()),
+               jax.grad(lambda p: loss(one_hot, p))(params),
+               jax.grad(lambda p: loss(plain, p))(params))
+  size = dataclasses.replace(bench.SIZES['smoke_fused_bf16'], one_hot_embeddings=True)
+  hlo = bench.StepTimer(size, 'standard').compiled.as_text()
+  assert not [l for l in hlo.split('\n') if ' scatter(' in l and '/embeddings/' in l]
+  # Its gradient product instead: [vocabulary 128, D 32], in float32.
+  assert re.search(r'= f32\[128,32\]\S* dot\(.*bert/embeddings/NV,ND->VD', hlo)

@@ -9,6 +9,7 @@ maps them onto the device mesh.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -45,6 +46,7 @@ class ModelConfig:
   remat: str = 'none'
   scan_layers: bool = False
   attention_impl: str = 'xla'
+  one_hot_embeddings: bool = False
   diag_init: float = 1.0
   qk_shared_fraction: float = 0.5
   masa_atoms: int = 4
@@ -113,6 +115,28 @@ def gelu(x):
   return 0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(np.sqrt(0.5), x.dtype)))
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def take_rows_one_hot_grad(table, ids, grad_dtype):
+  """table[ids], whose table gradient is the product one_hot(ids)^T g (operands in
+  grad_dtype, summed in float32) instead of a scatter-add (`model.one_hot_embeddings`)."""
+  return jnp.take(table, ids, axis=0)
+
+
+def _take_rows_fwd(table, ids, grad_dtype):
+  return jnp.take(table, ids, axis=0), (ids, jnp.zeros((), table.dtype), table.shape[0])
+
+
+def _take_rows_bwd(grad_dtype, residuals, g):
+  ids, like, rows = residuals
+  one_hot = jax.nn.one_hot(ids.reshape(-1), rows, dtype=grad_dtype)
+  g = g.reshape(-1, g.shape[-1]).astype(grad_dtype)
+  grad = jnp.einsum('NV,ND->VD', one_hot, g, preferred_element_type=jnp.float32)
+  return grad.astype(like.dtype), np.zeros(ids.shape, jax.dtypes.float0)
+
+
+take_rows_one_hot_grad.defvjp(_take_rows_fwd, _take_rows_bwd)
+
+
 def dense(cfg: ModelConfig, features: int, names: tuple[str, str], name: str):
   return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                   kernel_init=kernel_init(cfg.initializer_range, names),
@@ -146,7 +170,11 @@ class Embeddings(nn.Module):
     if length > table_rows:  # A slice past the table would be shorter, not an error.
       raise UserError(f'sequences of {length} tokens exceed model.max_position_embeddings='
                       f'{table_rows}')
-    words = jnp.take(self.word_embeddings.embedding, input_ids, axis=0)
+    if self.config.one_hot_embeddings:  # The gradient as a product: no contended scatter.
+      words = take_rows_one_hot_grad(self.word_embeddings.embedding, input_ids,
+                                     jnp.dtype(self.config.dtype))
+    else:
+      words = jnp.take(self.word_embeddings.embedding, input_ids, axis=0)
     positions = self.position_embeddings.embedding[:length]  # A slice, no gather.
     # Segments as a one-hot weighted sum of their few rows (elementwise; the weights are 0 and
     # 1, so exact): as a gather, its gradient adds every token into one of 2 rows, a queue of
