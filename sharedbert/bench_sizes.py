@@ -55,6 +55,9 @@ SIZES = {
     # the A/B for XLA:GPU's contended scatter-add (BENCHMARKS.md, GPU).
     'gpu_base_one_hot': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
                              attention_dropout_rate=0.0, one_hot_embeddings=True),
+    # And with cuDNN's fused attention kernel (model.attention_impl='cudnn').
+    'gpu_base_cudnn': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='cudnn',
+                           attention_dropout_rate=0.0),
     # Seconds on a CPU: for tests and quick checks of the harness.
     'smoke': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3),
     'smoke_fused_bf16': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3,

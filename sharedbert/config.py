@@ -103,7 +103,8 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   m.param_dtype = 'float32'
   m.remat = 'none'               # 'none' | 'full' | 'dots' (save only matmul outputs).
   m.scan_layers = False          # True: nn.scan over the layers (params stacked on 'layers').
-  m.attention_impl = 'xla'       # 'xla' (einsum softmax) | 'fused' (jax.nn.dot_product_attention).
+  m.attention_impl = 'xla'       # 'xla' (einsum softmax) | 'fused' (jax.nn.dot_product_attention)
+                                 # | 'cudnn' (the same, cuDNN's kernel on GPUs).
   m.one_hot_embeddings = False   # True: the word table's gradient as a product (accelerators).
   # Variant settings (ignored by variants that do not use them).
   m.diag_init = 1.0              # shared: initial value of d_q, d_k, d_v.

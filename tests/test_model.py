@@ -300,3 +300,22 @@ def test_one_hot_embeddings_give_the_same_numbers_without_a_scatter():
   assert not [l for l in hlo.split('\n') if ' scatter(' in l and '/embeddings/' in l]
   # Its gradient product instead: [vocabulary 128, D 32], in float32.
   assert re.search(r'= f32\[128,32\]\S* dot\(.*bert/embeddings/NV,ND->VD', hlo)
+
+
+def test_attention_impls_agree_and_cudnn_needs_half_precision():
+  """'fused' and 'cudnn' (which runs as 'fused' off a GPU) give the einsum path's numbers;
+  'cudnn' refuses float32, as cuDNN's kernel would, before anything is traced."""
+  from sharedbert.errors import UserError
+  inputs = make_inputs()
+  outs = {}
+  for impl in ('xla', 'fused', 'cudnn'):
+    model = BertForPretraining(ModelConfig(attention='shared', dtype=jnp.bfloat16,
+                                           attention_impl=impl, **TINY))
+    params = init(model, inputs)
+    outs[impl] = np.asarray(model.apply({'params': params}, *inputs)['mlm_logits'])
+  np.testing.assert_allclose(outs['fused'], outs['xla'], atol=2e-2)
+  np.testing.assert_array_equal(outs['cudnn'], outs['fused'])
+  with pytest.raises(UserError, match="attention_impl='cudnn' needs model.dtype bfloat16"):
+    ModelConfig(attention_impl='cudnn', **TINY).validate()
+  with pytest.raises(UserError, match="'xla', 'fused' or 'cudnn', not 'flash'"):
+    ModelConfig(attention_impl='flash', **TINY).validate()

@@ -59,12 +59,29 @@ def _part(op_name: str) -> str:
   return 'other'
 
 
-def summarise(trace_dir: str, hlo: str, steps: int) -> None:
-  # The newest run's trace (the run folders are named by time), should --out be reused.
+def _trace_events(trace_dir: str) -> list:
+  """The events of the newest run's trace (run folders are named by time; --out may be reused)."""
   path = sorted(glob.glob(f'{trace_dir}/**/perfetto_trace.json.gz', recursive=True))[-1]
   with gzip.open(path) as f:
     data = json.load(f)
-  events = data['traceEvents'] if isinstance(data, dict) else data
+  return data['traceEvents'] if isinstance(data, dict) else data
+
+
+def _span_and_busy(events: list, steps: int) -> tuple[float, float]:
+  """ms per step: from the first event's start to the last one's end, and the time in
+  which at least one event runs (a sweep over their intervals)."""
+  edges = sorted([(e['ts'], 1) for e in events] + [(e['ts'] + e['dur'], -1) for e in events])
+  busy, running, last = 0.0, 0, edges[0][0]
+  for t, delta in edges:
+    if running > 0:
+      busy += t - last
+    running += delta
+    last = t
+  return (edges[-1][0] - edges[0][0]) / 1e3 / steps, busy / 1e3 / steps
+
+
+def summarise(trace_dir: str, hlo: str, steps: int) -> None:
+  events = _trace_events(trace_dir)
   ops = [e for e in events if e.get('ph') == 'X' and 'dur' in e
          and not e['name'].startswith(_NOT_OPS)]
   op_time = collections.Counter()
@@ -82,16 +99,8 @@ def summarise(trace_dir: str, hlo: str, steps: int) -> None:
     print(f'{key[0]:12s} {key[1]:9s} {key[2]:10s} {table[key]:7.1f}')
   for kind in ('products', 'other ops'):
     print(f'total {kind}: {sum(v for k, v in table.items() if k[2] == kind):.1f} ms/step')
-  # Wall span, and the time in which no op runs (a sweep over the ops' intervals).
-  edges = sorted([(e['ts'], 1) for e in ops] + [(e['ts'] + e['dur'], -1) for e in ops])
-  idle, running, last = 0.0, 0, edges[0][0]
-  for t, delta in edges:
-    if running == 0:
-      idle += t - last
-    running += delta
-    last = t
-  span = (edges[-1][0] - edges[0][0]) / 1e3 / steps
-  print(f'span {span:.0f} ms/step, no op running {idle / 1e3 / steps:.0f} ms/step, '
+  span, busy = _span_and_busy(ops, steps)
+  print(f'span {span:.0f} ms/step, no op running {span - busy:.0f} ms/step, '
         f'ops overlap {sum(op_time.values()) / span:.2f}x')
   print(f'slowest {FLAGS.top} ops outside the products (ms/step, op, model path):')
   others = [(ms, n) for n, ms in op_time.items() if not n.startswith(('ynn_fusion', 'dot'))]
@@ -111,10 +120,7 @@ def _kernel_kind(name: str) -> str:
 
 def summarise_device(trace_dir: str, steps: int, top: int) -> None:
   """Kernel time per step on the accelerator's streams (processes named like /device:GPU:0)."""
-  path = sorted(glob.glob(f'{trace_dir}/**/perfetto_trace.json.gz', recursive=True))[-1]
-  with gzip.open(path) as f:
-    data = json.load(f)
-  events = data['traceEvents'] if isinstance(data, dict) else data
+  events = _trace_events(trace_dir)
   names = {e['pid']: e.get('args', {}).get('name', '') for e in events
            if e.get('ph') == 'M' and e.get('name') == 'process_name'}
   print('processes: ' + '; '.join(f'{pid}={n}' for pid, n in sorted(names.items())))
@@ -130,15 +136,8 @@ def summarise_device(trace_dir: str, steps: int, top: int) -> None:
     by_kind[_kernel_kind(e['name'])] += ms
   for kind, ms in by_kind.most_common():
     print(f'{kind:18s} {ms:8.2f} ms/step')
-  edges = sorted([(e['ts'], 1) for e in kernels] + [(e['ts'] + e['dur'], -1) for e in kernels])
-  busy, running, last = 0.0, 0, edges[0][0]
-  for t, delta in edges:
-    if running > 0:
-      busy += t - last
-    running += delta
-    last = t
-  span = (edges[-1][0] - edges[0][0]) / 1e3 / steps
-  print(f'span {span:.1f} ms/step, a kernel running {busy / 1e3 / steps:.1f} ms/step, '
+  span, busy = _span_and_busy(kernels, steps)
+  print(f'span {span:.1f} ms/step, a kernel running {busy:.1f} ms/step, '
         f'{len(kernels) / steps:.0f} kernels/step')
   print(f'slowest {top} kernels (ms/step, calls/step, name):')
   calls = collections.Counter(e['name'] for e in kernels)

@@ -131,8 +131,14 @@ def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dt
   head_dim = q.shape[-1]
   scale = 1.0 if query_scaled else 1.0 / math.sqrt(head_dim)
   use_dropout = dropout_rate > 0.0 and not deterministic
-  if impl == 'fused' and not use_dropout:
-    # XLA or cuDNN flash attention; it has no attention-probability dropout.
+  if impl in ('fused', 'cudnn') and not use_dropout:
+    # jax.nn.dot_product_attention has no attention-probability dropout. Its default
+    # implementation is XLA's (jax 0.10-0.11); 'cudnn' asks for cuDNN's fused kernel, which
+    # exists on GPUs only (elsewhere: the default) and takes the mask as a [B, 1, T, S] bias.
+    if impl == 'cudnn' and jax.default_backend() == 'gpu':
+      mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
+      return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale,
+                                          implementation='cudnn').astype(dtype)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale).astype(dtype)
   if not query_scaled:
     q = q / jnp.sqrt(head_dim).astype(q.dtype)

@@ -82,8 +82,13 @@ class ModelConfig:
                       f'model.num_heads={self.num_heads}')
     if self.remat not in ('none', 'full', 'dots'):
       raise UserError(f"model.remat must be 'none', 'full' or 'dots', not {self.remat!r}")
-    if self.attention_impl not in ('xla', 'fused'):
-      raise UserError(f"model.attention_impl must be 'xla' or 'fused', not {self.attention_impl!r}")
+    if self.attention_impl not in ('xla', 'fused', 'cudnn'):
+      raise UserError("model.attention_impl must be 'xla', 'fused' or 'cudnn', not "
+                      f"{self.attention_impl!r}")
+    if self.attention_impl == 'cudnn' and jnp.dtype(self.dtype) not in (jnp.bfloat16,
+                                                                          jnp.float16):
+      raise UserError("model.attention_impl='cudnn' needs model.dtype bfloat16 or float16 "
+                      f"(cuDNN's fused attention), not {jnp.dtype(self.dtype).name}")
 
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)
