@@ -286,6 +286,17 @@ def test_accumulated_micro_batches_equal_one_larger_batch(one_device_run):
   assert_params_close(state.params, ref_state.params)
 
 
+def test_one_hot_embedding_gradient_on_a_mesh_equals_one_device(one_device_run):
+  """model.one_hot_embeddings on a (2,2,2) mesh (its one-hot product contracts the sharded
+  batch) trains like the scatter-add gradient on one device."""
+  batches, start, ref_losses, ref_state = one_device_run
+  config = no_dropout(tiny_config((2, 2, 2)))
+  config.model.one_hot_embeddings = True
+  losses, state, _ = train_steps(config, jax.devices(), batches, start)
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
+  assert_params_close(state.params, ref_state.params)
+
+
 def raw_gradients(config, devices, batch, params):
   """The gradient of one train step on a mesh of `devices`, read as the parameter change
   under plain SGD with learning rate 1 (no Adam, no clipping: they would hide its scale)."""
