@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check of BENCHMARKS.md: BERT-base (12 layers, vocabulary 30522), sequence 128,
 # batch 256, bfloat16, fused attention (jax.nn.dot_product_attention, XLA's implementation;
-# the size gpu_base_cudnn asks for cuDNN's kernel), `standard` and `shared`, against the datasheet peak of the GPU and a measured
-# 8192^3 bfloat16 matrix product. Needs jax with CUDA (pip install -e ".[cuda]").
+# the size gpu_base_cudnn asks for cuDNN's kernel), `standard` and `shared`, against the
+# datasheet peak of the GPU and a measured 8192^3 bfloat16 matrix product. Needs jax with CUDA (pip install -e ".[cuda]").
 # Target: standard >= 50% MFU on one H200. Runs in about 3 minutes (2026-12-04, H200: 157 s);
-# stops at 8. With the one-hot embedding gradient beside it (twice the compiles):
+# stops at 8. The second form adds the one-hot embedding gradient and cuDNN attention beside
+# it (three times the compiles, 5-6 minutes on an H200):
 #
 #   bash bench/gpu_check.sh [extra sharedbert.bench flags]
-#   bash bench/gpu_check.sh --sizes=gpu_base,gpu_base_one_hot --rounds=3
 #   bash bench/gpu_check.sh --sizes=gpu_base,gpu_base_one_hot,gpu_base_cudnn --rounds=3
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -228,7 +228,8 @@ def test_unknown_variant_is_a_user_error():
 
 def test_embeddings_are_the_three_table_lookups():
   """Token + position + segment rows, then LayerNorm: outputs and gradients equal the
-  literal lookups (the segment rows come from a one-hot product, the positions from a slice)."""
+  literal lookups (the segment rows come from a one-hot weighted sum, the positions from a
+  slice)."""
   from sharedbert.models.bert import Embeddings
   cfg = ModelConfig(**TINY)
   ids, segments, _, _ = make_inputs()

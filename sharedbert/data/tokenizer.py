@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+
 from sharedbert import paths
 from sharedbert.errors import UserError
 

@@ -128,15 +128,15 @@ def take_rows_one_hot_grad(table, ids, grad_dtype):
 
 
 def _take_rows_fwd(table, ids, grad_dtype):
-  return jnp.take(table, ids, axis=0), (ids, jnp.zeros((), table.dtype), table.shape[0])
+  return jnp.take(table, ids, axis=0), (table, ids)  # The table is a live parameter anyway.
 
 
 def _take_rows_bwd(grad_dtype, residuals, g):
-  ids, like, rows = residuals
-  one_hot = jax.nn.one_hot(ids.reshape(-1), rows, dtype=grad_dtype)
+  table, ids = residuals
+  one_hot = jax.nn.one_hot(ids.reshape(-1), table.shape[0], dtype=grad_dtype)
   g = g.reshape(-1, g.shape[-1]).astype(grad_dtype)
   grad = jnp.einsum('NV,ND->VD', one_hot, g, preferred_element_type=jnp.float32)
-  return grad.astype(like.dtype), np.zeros(ids.shape, jax.dtypes.float0)
+  return grad.astype(table.dtype), np.zeros(ids.shape, jax.dtypes.float0)
 
 
 take_rows_one_hot_grad.defvjp(_take_rows_fwd, _take_rows_bwd)
@@ -169,8 +169,8 @@ class Embeddings(nn.Module):
   def __call__(self, input_ids, segment_ids, *, deterministic: bool):
     # Looked up and summed in the parameters' dtype, cast once: in the backward pass every
     # token's gradient is added into the tables in float32. Done in bfloat16 (nn.Embed casts
-    # the table first), that scatter-add rounds at each add and runs as slow atomic loops on
-    # a GPU.
+    # the table first), that scatter-add rounds at each add, and XLA:GPU runs it as a
+    # compare-and-swap loop (openxla/xla#26371; BENCHMARKS.md, GPU).
     length, table_rows = input_ids.shape[1], self.config.max_position_embeddings
     if length > table_rows:  # A slice past the table would be shorter, not an error.
       raise UserError(f'sequences of {length} tokens exceed model.max_position_embeddings='
