@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check of BENCHMARKS.md: BERT-base (12 layers, vocabulary 30522), sequence 128,
-# batch 256, bfloat16, fused attention (jax.nn.dot_product_attention, XLA's implementation;
-# the size gpu_base_cudnn asks for cuDNN's kernel), `standard` and `shared`, against the
-# datasheet peak of the GPU and a measured 8192^3 bfloat16 matrix product. Needs jax with CUDA (pip install -e ".[cuda]").
-# Target: standard >= 50% MFU on one H200. Runs in about 3 minutes (2026-12-04, H200: 157 s);
-# stops at 8. The second form adds the one-hot embedding gradient and cuDNN attention beside
-# it (three times the compiles, 5-6 minutes on an H200):
+# batch 256, bfloat16, cuDNN's fused attention kernel, `standard` and `shared`, against the
+# datasheet peak of the GPU and a measured 8192^3 bfloat16 matrix product. Needs jax with
+# CUDA (pip install -e ".[cuda]"). Target: standard >= 50% MFU on one H200 (0.32 on
+# 2026-12-04). Runs in about 2 minutes on an H200; stops at 8. The second form adds two A/B
+# sizes, each one change from gpu_base: XLA's attention instead of cuDNN's, and the word
+# table's gradient as a one-hot product (about three times as long):
 #
 #   bash bench/gpu_check.sh [extra sharedbert.bench flags]
-#   bash bench/gpu_check.sh --sizes=gpu_base,gpu_base_one_hot,gpu_base_cudnn --rounds=3
+#   bash bench/gpu_check.sh --sizes=gpu_base,gpu_base_fused,gpu_base_one_hot --rounds=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench}"

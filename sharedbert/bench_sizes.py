@@ -47,17 +47,18 @@ BERT_BASE = dict(num_layers=12, hidden_size=768, num_heads=12, mlp_dim=3072, voc
 SIZES = {
     'small': Size(4, 256, 4, 1024, 8192, batch=32),
     'base_width': Size(2, 768, 12, 3072, 8192, batch=16),
-    # The GPU check: BERT-base, bfloat16, fused attention. Fused attention has no attention-
-    # probability dropout (sharedbert falls back to the einsum path when it is on), so it is 0.
-    'gpu_base': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
+    # The GPU check: BERT-base, bfloat16, cuDNN's fused attention kernel, the fastest path
+    # measured on an H200 (BENCHMARKS.md, GPU). Fused attention has no attention-probability
+    # dropout (sharedbert falls back to the einsum path when it is on), so it is 0.
+    'gpu_base': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='cudnn',
                      attention_dropout_rate=0.0),
-    # The same with the word table's gradient as a one-hot product (model.one_hot_embeddings):
-    # the A/B for XLA:GPU's contended scatter-add (BENCHMARKS.md, GPU).
-    'gpu_base_one_hot': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
-                             attention_dropout_rate=0.0, one_hot_embeddings=True),
-    # And with cuDNN's fused attention kernel (model.attention_impl='cudnn').
-    'gpu_base_cudnn': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='cudnn',
+    # A/B sizes, each one change from gpu_base: jax.nn.dot_product_attention's default (XLA's)
+    # implementation; the word table's gradient as a one-hot product (model.one_hot_embeddings)
+    # instead of XLA:GPU's scatter-add.
+    'gpu_base_fused': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='fused',
                            attention_dropout_rate=0.0),
+    'gpu_base_one_hot': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='cudnn',
+                             attention_dropout_rate=0.0, one_hot_embeddings=True),
     # Seconds on a CPU: for tests and quick checks of the harness.
     'smoke': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3),
     'smoke_fused_bf16': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3,

@@ -105,7 +105,7 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   m.scan_layers = False          # True: nn.scan over the layers (params stacked on 'layers').
   m.attention_impl = 'xla'       # 'xla' (einsum softmax) | 'fused' (jax.nn.dot_product_attention)
                                  # | 'cudnn' (the same, cuDNN's kernel on GPUs).
-  m.one_hot_embeddings = False   # True: the word table's gradient as a product (accelerators).
+  m.one_hot_embeddings = False   # True: the word table's gradient as a product (TPU-style).
   # Variant settings (ignored by variants that do not use them).
   m.diag_init = 1.0              # shared: initial value of d_q, d_k, d_v.
   m.qk_shared_fraction = 0.5     # partial_qk: fraction of each head's Q/K columns shared.

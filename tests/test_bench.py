@@ -180,3 +180,69 @@ def test_accelerator_tools_run_without_tensorflow():
   assert 'no accelerator' in out.stdout
   assert re.search(r'^shared \| 9\.\d+ \| 0\.0e\+00 \| 0\.0e\+00', out.stdout, re.M), out.stdout
   assert 'OK: every variant' in out.stdout
+
+
+def _load_profile_step():
+  import importlib.util
+  import os
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  spec = importlib.util.spec_from_file_location('profile_step',
+                                                os.path.join(root, 'tools', 'profile_step.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_gpu_profile_attributes_kernels_to_the_model(tmp_path, capsys):
+  """tools/profile_step.py on a GPU trace: a fusion's kernel (input_reduce_fusion_9) is found
+  as %input_reduce_fusion.9 in the HLO, a library kernel through the trace's hlo_op, and each
+  lands in its part of the model and pass; a kernel with neither stays unattributed."""
+  import gzip
+  import json
+  profile_step = _load_profile_step()
+  hlo = ('\n  %input_reduce_fusion.9 = f32[128,256]{1,0} fusion(%p), kind=kInput, '
+         'metadata={op_name="jit(train_step)/transpose(jvp(BertForPretraining))/bert/layer_3/'
+         'layer_3.sublayers/output_norm/neg"}\n'
+         '  %custom-call.3 = bf16[32768,3072]{1,0} custom-call(%a, %b), '
+         'metadata={op_name="jit(train_step)/jvp(BertForPretraining)/bert/layer_0/'
+         'layer_0.sublayers/mlp/intermediate/dot_general"}\n')
+  events = [
+      {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': '/device:GPU:0'}},
+      {'ph': 'M', 'name': 'process_name', 'pid': 2, 'args': {'name': '/host:CPU'}},
+      {'ph': 'X', 'pid': 1, 'name': 'input_reduce_fusion_9', 'ts': 0, 'dur': 2000},
+      {'ph': 'X', 'pid': 1, 'name': 'nvjet_sm90_tst_128x128', 'ts': 2000, 'dur': 3000,
+       'args': {'hlo_op': 'custom-call.3'}},
+      {'ph': 'X', 'pid': 1, 'name': 'cudnn_generated_sdpa_fprop', 'ts': 6000, 'dur': 1000},
+      {'ph': 'X', 'pid': 2, 'name': 'host work', 'ts': 0, 'dur': 9000},
+  ]
+  run = tmp_path / 'plugins' / 'profile' / 'run'
+  run.mkdir(parents=True)
+  with gzip.open(run / 'perfetto_trace.json.gz', 'wt') as f:
+    json.dump({'traceEvents': events}, f)
+  profile_step.summarise_device(str(tmp_path), hlo, steps=1, top=3)
+  out = capsys.readouterr().out
+  assert re.search(r'^layernorm +backward +other kernels +2\.00$', out, re.M), out
+  assert re.search(r'^ffn +forward +matrix products +3\.00$', out, re.M), out
+  assert re.search(r'^unattributed +forward +attention kernels +1\.00$', out, re.M), out
+  assert 'span 7.0 ms/step, a kernel running 6.0 ms/step, 3 kernels/step' in out
+  assert re.search(r'input_reduce_fusion_9 .*layer_3/layer_3\.sublayers/output_norm/neg', out)
+
+
+def test_tools_run_from_a_checkout_that_is_not_installed(tmp_path):
+  """On a bare GPU machine the checkout is not pip-installed: `python3 tools/X.py` must find
+  the package from the script's own location (sys.path[0] is tools/, not the root)."""
+  import os
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for tool in ('profile_step.py', 'gpu_parity.py'):
+    # Loads the script (its imports) without running main(), with an editable install's
+    # finder hidden, as on a machine where nothing is installed.
+    code = ("import runpy, sys\n"
+            "sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
+            f"sys.path[0] = {os.path.join(root, 'tools')!r}\n"
+            f"runpy.run_path({os.path.join(root, 'tools', tool)!r}, run_name='loaded')\n"
+            "print('loaded')\n")
+    out = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, timeout=300)
+    assert out.returncode == 0 and 'loaded' in out.stdout, (tool, out.stderr[-2000:])

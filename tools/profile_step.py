@@ -22,15 +22,21 @@ import collections
 import glob
 import gzip
 import json
+import os
 import re
 import statistics
+import sys
 
-from absl import app
-from absl import flags
-import jax
+# Run as a script from a checkout that is not pip-installed (a bare GPU machine): the
+# repository root, not tools/, must be on the path.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sharedbert.bench import StepTimer
-from sharedbert.bench_sizes import SIZES
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import jax  # noqa: E402
+
+from sharedbert.bench import StepTimer  # noqa: E402
+from sharedbert.bench_sizes import SIZES  # noqa: E402
 
 flags.DEFINE_string('size', 'small', 'A size of sharedbert.bench_sizes.SIZES.')
 flags.DEFINE_string('variant', 'standard', 'Attention variant.')
@@ -57,6 +63,15 @@ def _part(op_name: str) -> str:
     if key in path:
       return part
   return 'other'
+
+
+def _op_names(hlo: str) -> dict[str, str]:
+  """Each HLO instruction's name -> its op_name metadata (the model path it came from)."""
+  return dict(re.findall(r'\n\s*%?([\w.\-]+) = [^\n]*?op_name="([^"]*)"', hlo))
+
+
+def _direction(op_name: str) -> str:
+  return 'backward' if 'transpose(jvp' in op_name else 'forward'
 
 
 def _trace_events(trace_dir: str) -> list:
@@ -87,18 +102,13 @@ def summarise(trace_dir: str, hlo: str, steps: int) -> None:
   op_time = collections.Counter()
   for e in ops:
     op_time[e['name']] += e['dur'] / 1e3 / steps  # ms per step
-  names = dict(re.findall(r'\n\s*%?([\w.\-]+) = [^\n]*?op_name="([^"]*)"', hlo))
+  names = _op_names(hlo)
   table = collections.Counter()
   for name, ms in op_time.items():
     kind = 'products' if name.startswith(('ynn_fusion', 'dot')) else 'other ops'
     op_name = names.get(name, '')
-    direction = 'backward' if 'transpose(jvp' in op_name else 'forward'
-    table[(_part(op_name), direction, kind)] += ms
-  print(f'{"part":12s} {"pass":9s} {"kind":10s} ms/step')
-  for key in sorted(table):
-    print(f'{key[0]:12s} {key[1]:9s} {key[2]:10s} {table[key]:7.1f}')
-  for kind in ('products', 'other ops'):
-    print(f'total {kind}: {sum(v for k, v in table.items() if k[2] == kind):.1f} ms/step')
+    table[(_part(op_name), _direction(op_name), kind)] += ms
+  _print_parts(table, ('products', 'other ops'))
   span, busy = _span_and_busy(ops, steps)
   print(f'span {span:.0f} ms/step, no op running {span - busy:.0f} ms/step, '
         f'ops overlap {sum(op_time.values()) / span:.2f}x')
@@ -106,6 +116,28 @@ def summarise(trace_dir: str, hlo: str, steps: int) -> None:
   others = [(ms, n) for n, ms in op_time.items() if not n.startswith(('ynn_fusion', 'dot'))]
   for ms, name in sorted(others, reverse=True)[:FLAGS.top]:
     print(f'  {ms:6.1f} {name:32s} {names.get(name, "")[-90:]}')
+
+
+def _print_parts(table: collections.Counter, kinds) -> None:
+  """ms per step by (part of the model, pass, kind), then each kind's total."""
+  print(f'{"part":12s} {"pass":9s} {"kind":18s} ms/step')
+  for key in sorted(table):
+    print(f'{key[0]:12s} {key[1]:9s} {key[2]:18s} {table[key]:7.2f}')
+  for kind in kinds:
+    print(f'total {kind}: {sum(v for k, v in table.items() if k[2] == kind):.2f} ms/step')
+
+
+def _kernel_op_name(kernel: dict, names: dict[str, str]) -> str:
+  """The model path of a GPU kernel: XLA names a fusion's kernel after its HLO instruction
+  with '_N' for '.N' (input_reduce_fusion_9 <- %input_reduce_fusion.9). Library kernels
+  (cuBLAS, cuDNN) carry their own names; the trace's hlo_op argument, where there is one,
+  names their instruction."""
+  name = kernel['name']
+  hlo_op = kernel.get('args', {}).get('hlo_op', '')
+  for candidate in (hlo_op, name, re.sub(r'_(\d+)$', r'.\1', name)):
+    if candidate in names:
+      return names[candidate]
+  return ''
 
 
 def _kernel_kind(name: str) -> str:
@@ -118,8 +150,9 @@ def _kernel_kind(name: str) -> str:
   return 'other kernels'
 
 
-def summarise_device(trace_dir: str, steps: int, top: int) -> None:
-  """Kernel time per step on the accelerator's streams (processes named like /device:GPU:0)."""
+def summarise_device(trace_dir: str, hlo: str, steps: int, top: int) -> None:
+  """Kernel time per step on the accelerator's streams (processes named like /device:GPU:0),
+  by kind and by part of the model, and the slowest kernels with the model path of each."""
   events = _trace_events(trace_dir)
   names = {e['pid']: e.get('args', {}).get('name', '') for e in events
            if e.get('ph') == 'M' and e.get('name') == 'process_name'}
@@ -129,20 +162,28 @@ def summarise_device(trace_dir: str, steps: int, top: int) -> None:
   if not kernels:
     print('no device events in the trace (is the profiler plugin for this backend there?)')
     return
-  by_name, by_kind = collections.Counter(), collections.Counter()
+  names = _op_names(hlo)
+  by_name, by_kind, table = collections.Counter(), collections.Counter(), collections.Counter()
+  path_of = {}
   for e in kernels:
     ms = e['dur'] / 1e3 / steps
+    kind = _kernel_kind(e['name'])
+    op_name = _kernel_op_name(e, names)
+    path_of.setdefault(e['name'], op_name)
     by_name[e['name']] += ms
-    by_kind[_kernel_kind(e['name'])] += ms
+    by_kind[kind] += ms
+    table[(_part(op_name), _direction(op_name), kind)] += ms
   for kind, ms in by_kind.most_common():
     print(f'{kind:18s} {ms:8.2f} ms/step')
+  _print_parts(table, ())
   span, busy = _span_and_busy(kernels, steps)
   print(f'span {span:.1f} ms/step, a kernel running {busy:.1f} ms/step, '
         f'{len(kernels) / steps:.0f} kernels/step')
-  print(f'slowest {top} kernels (ms/step, calls/step, name):')
+  print(f'slowest {top} kernels (ms/step, calls/step, name, model path):')
   calls = collections.Counter(e['name'] for e in kernels)
   for name, ms in by_name.most_common(top):
-    print(f'  {ms:7.2f} {calls[name] / steps:5.0f}  {name[:110]}')
+    path = re.sub(r'^jit\([^)]*\)/', '', path_of[name])
+    print(f'  {ms:7.2f} {calls[name] / steps:5.0f}  {name[:48]:48s} {path[-80:]}')
 
 
 def main(argv):
@@ -158,7 +199,7 @@ def main(argv):
   if jax.devices()[0].platform == 'cpu':
     summarise(FLAGS.out, timer.compiled.as_text(), FLAGS.traced_steps)
   else:
-    summarise_device(FLAGS.out, FLAGS.traced_steps, FLAGS.top)
+    summarise_device(FLAGS.out, timer.compiled.as_text(), FLAGS.traced_steps, FLAGS.top)
 
 
 if __name__ == '__main__':
