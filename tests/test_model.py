@@ -320,3 +320,21 @@ def test_attention_impls_agree_and_cudnn_needs_half_precision():
     ModelConfig(attention_impl='cudnn', **TINY).validate()
   with pytest.raises(UserError, match="'xla', 'fused' or 'cudnn', not 'flash'"):
     ModelConfig(attention_impl='flash', **TINY).validate()
+
+
+def test_fused_attention_with_attention_dropout_trains_on_the_einsum_path():
+  """jax.nn.dot_product_attention has no dropout: with attention dropout on, a training step
+  of 'fused' is the einsum path's, mask for mask, and the config says so (train.py logs it)."""
+  inputs = make_inputs()
+  config = dict(TINY, attention_dropout_rate=0.3)
+  outs = {}
+  for impl in ('xla', 'fused'):
+    model = BertForPretraining(ModelConfig(attention='standard', attention_impl=impl, **config))
+    params = init(model, inputs)
+    outs[impl] = np.asarray(model.apply({'params': params}, *inputs, deterministic=False,
+                                        rngs={'dropout': jax.random.key(1)})['mlm_logits'])
+  np.testing.assert_array_equal(outs['fused'], outs['xla'])
+  note = ModelConfig(attention_impl='fused', **config).attention_impl_note()
+  assert "applies to evaluation only" in note and 'attention_dropout_rate=0.3' in note
+  assert ModelConfig(attention_impl='fused', **TINY).attention_impl_note() is None
+  assert ModelConfig(attention_impl='xla', **config).attention_impl_note() is None

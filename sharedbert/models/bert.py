@@ -90,6 +90,15 @@ class ModelConfig:
       raise UserError("model.attention_impl='cudnn' needs model.dtype bfloat16 or float16 "
                       f"(cuDNN's fused attention), not {jnp.dtype(self.dtype).name}")
 
+  def attention_impl_note(self) -> str | None:
+    """Why training will not use the requested attention_impl, if it will not."""
+    if self.attention_impl != 'xla' and self.attention_dropout_rate > 0:
+      return (f"model.attention_impl={self.attention_impl!r} applies to evaluation only: "
+              f"with model.attention_dropout_rate={self.attention_dropout_rate:g}, training "
+              "steps use the einsum path (jax.nn.dot_product_attention has no dropout); set "
+              "the rate to 0 for the fused kernel in training too")
+    return None
+
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)
     d['dtype'] = jnp.dtype(self.dtype).name
