@@ -3,12 +3,13 @@
 # batch 256, bfloat16, cuDNN's fused attention kernel, `standard` and `shared`, against the
 # datasheet peak of the GPU and a measured 8192^3 bfloat16 matrix product. Needs jax with
 # CUDA (pip install -e ".[cuda]"). Target: standard >= 50% MFU on one H200 (0.32 on
-# 2026-12-04). Runs in about 2 minutes on an H200; stops at 8. The second form adds two A/B
-# sizes, each one change from gpu_base: XLA's attention instead of cuDNN's, and the word
-# table's gradient as a one-hot product (about three times as long):
+# 2026-12-04). Runs in about 2 minutes on an H200; stops at 8. The second form adds A/B
+# sizes, each one change from gpu_base: XLA's attention instead of cuDNN's, the word table's
+# gradient as a one-hot product, and the recipe's attention dropout (0.1, so the einsum
+# softmax); about 1 minute more each:
 #
 #   bash bench/gpu_check.sh [extra sharedbert.bench flags]
-#   bash bench/gpu_check.sh --sizes=gpu_base,gpu_base_fused,gpu_base_one_hot --rounds=3
+#   bash bench/gpu_check.sh --sizes=gpu_base,gpu_base_fused,gpu_base_one_hot,gpu_base_recipe
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench}"

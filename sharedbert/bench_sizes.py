@@ -59,6 +59,9 @@ SIZES = {
                            attention_dropout_rate=0.0),
     'gpu_base_one_hot': Size(**BERT_BASE, batch=256, dtype='bfloat16', attention_impl='cudnn',
                              attention_dropout_rate=0.0, one_hot_embeddings=True),
+    # The BERT recipe as configs/*_base.py trains it on a GPU: attention-probability dropout
+    # 0.1, so the einsum softmax (no fused kernel takes dropout).
+    'gpu_base_recipe': Size(**BERT_BASE, batch=256, dtype='bfloat16'),
     # Seconds on a CPU: for tests and quick checks of the harness.
     'smoke': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3),
     'smoke_fused_bf16': Size(1, 32, 2, 64, 128, batch=8, seq_len=16, max_predictions=3,

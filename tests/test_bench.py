@@ -246,3 +246,17 @@ def test_tools_run_from_a_checkout_that_is_not_installed(tmp_path):
     out = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
                          text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, timeout=300)
     assert out.returncode == 0 and 'loaded' in out.stdout, (tool, out.stderr[-2000:])
+
+
+@pytest.mark.parametrize('name', sorted(bench.SIZES))
+def test_every_bench_size_is_a_valid_config(name):
+  """A size that sharedbert would refuse (cuDNN in float32, say) fails here, on the CPU, not
+  minutes into a lent GPU's time; and each size's settings reach the model config."""
+  size = bench.SIZES[name]
+  for variant in ('standard', 'shared'):
+    cfg = ModelConfig.from_config(bench.bench_config(size, variant).model)
+    assert (cfg.attention_impl, cfg.attention_dropout_rate, cfg.one_hot_embeddings,
+            cfg.num_layers, cfg.hidden_size) == (size.attention_impl,
+                                                 size.attention_dropout_rate,
+                                                 size.one_hot_embeddings, size.num_layers,
+                                                 size.hidden_size)
