@@ -269,8 +269,9 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   mesh = sharding.make_mesh(config.mesh)
   axis_rules = sharding.rules(config)
   model_cfg = ModelConfig.from_config(config.model)
-  if model_cfg.attention_impl_note():
-    logging.warning(model_cfg.attention_impl_note())
+  note = model_cfg.attention_impl_note()
+  if note:
+    logging.warning(note)
   tf.io.gfile.makedirs(workdir)
   if set_aside_old_run and is_chief:
     _set_aside_old_run(workdir)
