@@ -11,7 +11,8 @@ the same training batches and the same evaluation set whatever the variant).
 Presets (the word after the colon):
   cpu  L=2, D=64, 2 heads, sequences of 32 tokens, 16 content symbols, 1,200 steps of
        batch 32; 6 variants x 4 tasks x 3 seeds took 19.4 minutes on 2 CPU cores with
-       nothing else training (docs/probe_cpu/report.md), about 16 s a run. Standard
+       nothing else training (docs/probe_cpu/report.md), about 16 s a run; the three
+       variants added since (kv_shared, single, q_identity) add 36 such runs. Standard
        learns the majority control and induction in every seed; no variant learns MQAR
        at this budget (docs/probe_cpu/tuning.md lists what was tried).
   gpu  not yet run on a GPU: sizes and steps are a starting point, not a measured budget.
@@ -22,8 +23,10 @@ Presets (the word after the colon):
 import ml_collections
 
 from sharedbert import config as sb_config
+from sharedbert.models import attention as attention_lib
 
-VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'masa')
+# Every registered variant, so that one added later is probed too.
+VARIANTS = tuple(attention_lib.VARIANTS)
 
 
 def get_config(arg=None):

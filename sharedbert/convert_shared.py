@@ -1,4 +1,4 @@
-r"""From a pretrained `standard` checkpoint to `shared` or `masa` attention, by least squares.
+r"""From a pretrained `standard` checkpoint to `shared`, `kv_shared` or `masa` attention.
 
   python -m sharedbert.convert_shared --source=STANDARD_WORKDIR --target=NEW_WORKDIR \
       --attention=shared
@@ -11,6 +11,10 @@ which splits into one problem per output unit j: the (D+1) x 3 matrix whose colu
 unit j's weights and bias in W_q, W_k, W_v, approximated with rank one. Its top singular
 pair is the exact least-squares answer (Eckart-Young); the diagonals are scaled so that
 ||(d_q, d_k, d_v)_j|| = sqrt(3), i.e. all ones where the three roles agree.
+
+kv_shared: per layer and head, K = V = x W_kv fitted to what attention computes, the score
+form [W_q; b_q] W_k^T and the value path W_v W_o (sharedbert/models/fit.py,
+`fit_kv_shared`, derives it).
 
 masa (matrix PCA, as Zhussip et al. do for pretrained models): for each projection type,
 the L layers' matrices, flattened, form the rows of X [L, D*D]; the atoms are the top-S

@@ -1,4 +1,4 @@
-"""From standard to shared / masa: least-squares fits, exact where exact is possible."""
+"""From standard to shared / kv_shared / masa: fits, exact where exact is possible."""
 
 import copy
 import json
@@ -113,6 +113,69 @@ def test_shared_fit_is_the_least_squares_optimum():
 
 
 # ---------------------------------------------------------------------------------------
+# kv_shared: fitted to the score form and the value path.
+
+def in_kv_shared_form(params, cfg):
+  """Standard params with W_k = W_v (the biases stay different: the key bias does not
+  change attention, and the value bias moves into the output bias)."""
+  params = copy.deepcopy(params)
+  for i in range(cfg.num_layers):
+    a = params['bert'][f'layer_{i}']['attention']
+    a['key']['kernel'] = a['value']['kernel'].copy()
+  return params
+
+
+def test_kv_shared_fit_is_exact_where_it_can_be():
+  cfg, kv_cfg = config('standard'), config('kv_shared')
+  params = in_kv_shared_form(init(cfg), cfg)
+  _, errors = fit.fit_kv_shared(layer_attention(params, 0))
+  assert max(errors.values()) < 1e-6, errors
+  converted, rows, header = convert_shared.convert_params(params, cfg, kv_cfg)
+  assert len(rows) == cfg.num_layers and header[0] == 'layer'
+  assert jax.tree.structure(converted) == jax.tree.structure(init(kv_cfg))
+  for a, b in zip(outputs(cfg, params), outputs(kv_cfg, converted)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+
+
+def _kv_errors(attention, u_of_head):
+  """fit_kv_shared's two errors for a given orthonormal W_kv basis per head (the best
+  W_q and W_o for it), computed here independently."""
+  wq, bq = attention['query']['kernel'], attention['query']['bias']
+  wk, wv, wo = attention['key']['kernel'], attention['value']['kernel'], attention['out']['kernel']
+  sums = np.zeros((2, 2))
+  for h in range(wq.shape[1]):
+    m1 = np.concatenate([wq[:, h], bq[None, h]]).astype(np.float64) @ wk[:, h].T
+    m2 = wv[:, h].astype(np.float64) @ wo[h]
+    p = u_of_head(h) @ u_of_head(h).T
+    sums[0] += np.sum((m1 - m1 @ p) ** 2), np.sum(m1 ** 2)
+    sums[1] += np.sum((m2 - p @ m2) ** 2), np.sum(m2 ** 2)
+  return np.sqrt(sums[:, 0] / sums[:, 1])
+
+
+def test_kv_shared_fit_beats_the_obvious_choices_on_random_weights():
+  """On a standard layer with unrelated W_k and W_v the fit is not exact, and its total
+  error (the quantity it minimises) is below that of W_kv = W_k, of W_kv = W_v, and of
+  random bases."""
+  cfg = config('standard')
+  attention = layer_attention(init(cfg), 1)
+  _, errors = fit.fit_kv_shared(attention)
+  total = errors['scores'] ** 2 + errors['values'] ** 2
+  assert 0.01 < total
+  basis = lambda w: lambda h: np.linalg.qr(w[:, h].astype(np.float64))[0]
+  rng = np.random.default_rng(0)
+  choices = {'W_k': basis(attention['key']['kernel']), 'W_v': basis(attention['value']['kernel']),
+             'random': basis(rng.standard_normal(attention['key']['kernel'].shape))}
+  for name, u in choices.items():
+    other = _kv_errors(attention, u)
+    assert total < np.sum(other ** 2), (name, errors, other)
+  # The errors it reports are those of its own basis, computed independently.
+  fitted, _ = fit.fit_kv_shared(attention)
+  own = basis(fitted['key_value']['kernel'])
+  np.testing.assert_allclose(_kv_errors(attention, own), [errors['scores'], errors['values']],
+                             rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------
 # masa.
 
 def test_matrix_pca_is_exact_with_one_atom_per_layer_and_optimal_with_fewer():
@@ -177,7 +240,8 @@ def standard_workdir(tmp_path_factory):
   return workdir, cfg, params
 
 
-@pytest.mark.parametrize('attention,kw', [('shared', {}), ('masa', dict(masa_atoms=3))])
+@pytest.mark.parametrize('attention,kw', [('shared', {}), ('masa', dict(masa_atoms=3)),
+                                         ('kv_shared', {})])
 def test_convert_workdir(standard_workdir, tmp_path, attention, kw):
   source, cfg, params = standard_workdir
   target = tmp_path / attention

@@ -63,6 +63,10 @@ def qkv_formula(cfg: ModelConfig) -> tuple[int, int]:
   if cfg.attention == 'partial_qk':
     r = int(cfg.qk_shared_fraction * h + 1e-9)
     return layers * (n * r * (d + 1) + 2 * n * (h - r) * (d + 1) + dense), layers * dense
+  if cfg.attention in ('kv_shared', 'q_identity'):
+    return layers * 2 * dense, layers * dense
+  if cfg.attention == 'single':
+    return layers * dense, layers * dense
   if cfg.attention == 'masa':
     s = cfg.masa_atoms
     per_type = s * d * d + layers * s + layers * d  # atoms, coefficients, biases
@@ -78,6 +82,7 @@ def qkv_formula(cfg: ModelConfig) -> tuple[int, int]:
     ('partial_qk', dict(qk_shared_fraction=1.0)),
     ('masa', dict(masa_atoms=1, masa_projections='qkvo')),
     ('masa', dict(masa_atoms=2, masa_projections='kv')),
+    ('kv_shared', {}), ('single', {}), ('q_identity', {}),
 ])
 def test_counts_follow_the_design_formulas(attention, kw):
   cfg = ModelConfig(attention=attention, **SMALL, **kw)
@@ -101,11 +106,13 @@ def test_counts_follow_the_design_formulas(attention, kw):
 def test_all_variants_table():
   cfgs = params_lib.variant_configs(None, 'tiny', {'model.num_layers': 6})
   assert [c.attention for c in cfgs] == ['standard', 'shared', 'symmetric', 'pairwise',
-                                         'partial_qk', 'masa']
+                                         'kv_shared', 'single', 'q_identity', 'partial_qk',
+                                         'masa']
   assert all(c.num_layers == 6 and c.hidden_size == 128 for c in cfgs)
   text = params_lib.report_all(cfgs)
   lines = text.splitlines()
-  for name in ('shared', 'symmetric', 'pairwise', 'partial_qk', 'masa'):
+  for name in ('shared', 'symmetric', 'pairwise', 'partial_qk', 'masa', 'kv_shared', 'single',
+               'q_identity'):
     assert any(line.startswith(name) for line in lines), name
   assert 'S=2, qkvo' in text  # masa: ceil(6 / 3) atoms, following the override.
   assert 'rho=0.5 (32/64 shared)' in text
@@ -129,6 +136,10 @@ def test_command_all_at_bert_base():
   shared = rows['shared']
   for figure in ('95,335,680', '-66.54%', '-12.92%', 'QKV -66.53%, total -12.94%, 95.3M'):
     assert figure in shared, figure
+  # Issue 31's closed forms at BERT-base, from the trees.
+  for name, total in (('kv_shared', '102,395,136'), ('single', '95,308,032'),
+                      ('q_identity', '102,395,136'), ('symmetric', '102,395,136')):
+    assert total in rows[name], (name, rows[name])
 
 
 def test_command_errors_are_one_line():

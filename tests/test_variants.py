@@ -2,8 +2,9 @@
 
 Each variant reduces to another at special parameter values (shared with d=1 and one W is
 standard; partial_qk at rho=0 / rho=1 is standard / symmetric; pairwise with P=I is
-symmetric; masa with S=L and one-hot coefficients is standard); the tests build the one
-model's parameters from the other's and compare whole-model outputs.
+symmetric; masa with S=L and one-hot coefficients is standard; shared with d=1 is single;
+kv_shared is standard with W_k = W_v; q_identity is standard with W_q = I); the tests build
+the one model's parameters from the other's and compare whole-model outputs.
 """
 
 import copy
@@ -22,7 +23,8 @@ from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from test_model import make_inputs
 
-VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'masa')
+VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'masa', 'kv_shared',
+            'single', 'q_identity')
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=64,
             max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
 ATOL = 2e-5
@@ -140,6 +142,45 @@ def test_pairwise_is_standard_with_queries_through_its_matrix():
     assert_same_outputs(cfg, params, standard_cfg, as_standard(np.swapaxes(p, 1, 2)))
 
 
+def test_shared_with_unit_diagonals_is_single():
+  shared_cfg, single_cfg = config('shared'), config('single')
+  shared = perturb(init(shared_cfg))
+  single = copy.deepcopy(shared)
+  for a in layers(shared, shared_cfg):
+    a['diag'] = np.ones_like(a['diag'])
+  for a in layers(single, single_cfg):
+    del a['diag']
+  assert jax.tree.structure(single) == jax.tree.structure(init(single_cfg))
+  assert_same_outputs(shared_cfg, shared, single_cfg, single)
+
+
+def test_kv_shared_is_standard_with_tied_keys_and_values():
+  cfg, standard_cfg = config('kv_shared'), config('standard')
+  params = perturb(init(cfg))
+  standard = copy.deepcopy(params)
+  for a in layers(standard, standard_cfg):
+    kv = a.pop('key_value')
+    a['key'], a['value'] = copy.deepcopy(kv), copy.deepcopy(kv)
+  assert jax.tree.structure(standard) == jax.tree.structure(init(standard_cfg))
+  assert_same_outputs(cfg, params, standard_cfg, standard)
+  # Not symmetric: tying the queries to the keys too changes the outputs.
+  for a in layers(standard, standard_cfg):
+    a['query'] = copy.deepcopy(a['key'])
+  with pytest.raises(AssertionError):
+    assert_same_outputs(cfg, params, standard_cfg, standard)
+
+
+def test_q_identity_is_standard_with_the_identity_query():
+  cfg, standard_cfg = config('q_identity'), config('standard')
+  params = perturb(init(cfg))
+  standard = copy.deepcopy(params)
+  eye = np.eye(32, dtype=np.float32).reshape(32, 4, 8)  # Column j of head n is unit n*8+j.
+  for a in layers(standard, standard_cfg):
+    a['query'] = {'kernel': eye, 'bias': np.zeros((4, 8), np.float32)}
+  assert jax.tree.structure(standard) == jax.tree.structure(init(standard_cfg))
+  assert_same_outputs(cfg, params, standard_cfg, standard)
+
+
 @pytest.mark.parametrize('projections', ['qkvo', 'kv'])
 def test_masa_with_one_atom_per_layer_is_standard(projections):
   cfg = config('masa', masa_atoms=TINY['num_layers'], masa_projections=projections)
@@ -176,6 +217,21 @@ def project(x, p):
 
 
 def numpy_qkv(name, p, x, cfg, dictionary=None, layer=0):
+  if name == 'standard':
+    return project(x, p['query']), project(x, p['key']), project(x, p['value'])
+  if name == 'shared':
+    s = project(x, p['shared'])
+    return s * p['diag'][0], s * p['diag'][1], s * p['diag'][2]
+  if name == 'kv_shared':
+    kv = project(x, p['key_value'])
+    return project(x, p['query']), kv, kv
+  if name == 'single':
+    s = project(x, p['shared'])
+    return s, s, s
+  if name == 'q_identity':
+    b, t, d = x.shape
+    return x.reshape(b, t, cfg.num_heads, d // cfg.num_heads), project(x, p['key']), \
+        project(x, p['value'])
   if name == 'symmetric':
     q = project(x, p['query'])
     return q, q, project(x, p['value'])
@@ -196,7 +252,8 @@ def numpy_qkv(name, p, x, cfg, dictionary=None, layer=0):
   raise ValueError(name)
 
 
-@pytest.mark.parametrize('name', ['symmetric', 'pairwise', 'partial_qk', 'masa'])
+@pytest.mark.parametrize('name', ['symmetric', 'pairwise', 'partial_qk', 'masa', 'kv_shared',
+                                  'single', 'q_identity'])
 def test_attention_layer_against_numpy(name):
   cfg = config(name, qk_shared_fraction=0.25, masa_atoms=2, masa_projections='qkvo')
   rng = np.random.default_rng(0)
@@ -224,6 +281,45 @@ def test_attention_layer_against_numpy(name):
   if name == 'partial_qk':  # floor(0.25 * 8) = 2 shared columns per head.
     assert params['query_key']['kernel'].shape == (32, 4, 2)
     assert params['query']['kernel'].shape == (32, 4, 6)
+
+
+@pytest.mark.parametrize('name', ['standard', 'shared', 'kv_shared', 'single', 'q_identity'])
+def test_attention_loss_and_gradients_against_numpy(name):
+  """A scalar loss of one attention layer, sum(out * w), and its gradient with respect to
+  every parameter, against the literal formula in NumPy (float64), its gradient by central
+  differences. The model runs in float64 too (its scores stay float32)."""
+  with jax.enable_x64(True):
+    cfg = config(name, dtype=jnp.float64, param_dtype=jnp.float64)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 32))
+    mask = np.ones((2, 5), np.int32)
+    mask[1, 3:] = 0
+    weights = rng.standard_normal((2, 5, 32))
+    module = attention_lib.VARIANTS[name](cfg, 0)
+    boxed_mask = mask.astype(bool)[:, None, None, :]
+    params = jax.tree.map(lambda a: np.asarray(a, np.float64), perturb(nn.unbox(
+        module.init(jax.random.key(0), x, boxed_mask, deterministic=True)['params'])))
+
+    def numpy_loss(p):
+      q, k, v = numpy_qkv(name, p, x, cfg)
+      return float(np.sum(numpy_attention(q, k, v, mask, p['out']) * weights))
+
+    loss = jax.jit(lambda p: jnp.sum(module.apply({'params': p}, x, boxed_mask,
+                                                  deterministic=True) * weights))
+    np.testing.assert_allclose(float(loss(params)), numpy_loss(params), rtol=1e-6)
+    grads = jax.grad(loss)(params)
+    flat, tree = jax.tree_util.tree_flatten(params)
+    h = 1e-5
+    for i, (path, g) in enumerate(jax.tree_util.tree_leaves_with_path(grads)):
+      numeric = np.zeros(flat[i].size)
+      for j in range(flat[i].size):
+        def moved(sign):
+          leaves = [a.copy() for a in flat]
+          leaves[i].reshape(-1)[j] += sign * h
+          return numpy_loss(jax.tree_util.tree_unflatten(tree, leaves))
+        numeric[j] = (moved(1) - moved(-1)) / (2 * h)
+      np.testing.assert_allclose(np.asarray(g).reshape(-1), numeric, rtol=1e-5, atol=1e-6,
+                                 err_msg=jax.tree_util.keystr(path))
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,6 +18,12 @@ Variants (../shared/DESIGN.md defines each exactly):
   partial_qk  per head, the first floor(rho*H) columns of Q_h and K_h come from one shared
             projection ('query_key'), the rest from private ones (Yang et al., ENLSP 2024);
             rho = model.qk_shared_fraction; rho=0 is `standard`, rho=1 is `symmetric`.
+  kv_shared K = V = xW_kv+b_kv; Q = xW_q+b_q (Kayyam et al., arXiv 2606.04032, "Q-K=V"): the
+            scores stay asymmetric; keys and values are one tensor.
+  single    Q = K = V = xW+b, no diagonals (Kayyam et al.'s "Q=K=V"): `shared` minus
+            `single` is what the three diagonals add.
+  q_identity  Q = x split into heads (no query parameters); K, V standard (Karbevski,
+            arXiv 2510.23912, "W_Q = I").
   masa      for each projection type t in model.masa_projections (a subset of q, k, v, o):
             S = model.masa_atoms atoms A_t,s (0: ceil(L/3)) shared by all layers and coefficients
             c_t[l, s]; layer l uses W = sum_s c_t[l, s] A_t,s (Zhussip et al., arXiv
@@ -382,6 +388,74 @@ class PairwiseAttention(AttentionBase):
         (c.num_heads, self.head_dim, self.head_dim), c.param_dtype)
     paired = jnp.einsum('BTNH,NHG->BTNG', q, pairwise.astype(c.dtype))
     return paired, q, self.projection('value')(x)
+
+
+@register('kv_shared')
+class KVSharedAttention(AttentionBase):
+  """Keys and values from one projection ('key_value'); queries their own. The score
+  matrix x W_q W_kv^T x^T is not symmetric, unlike `symmetric`'s and `shared`'s."""
+
+  @classmethod
+  def param_formula(cls, config):
+    return config.num_layers * 2 * _dense(config), config.num_layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size] * 2, 0
+
+  @classmethod
+  def from_standard(cls, layers, config):
+    from sharedbert.models import fit  # NumPy eigen-decomposition.
+    new_layers, rows = [], []
+    for i, attention in enumerate(layers):
+      fitted, errors = fit.fit_kv_shared(attention)
+      new_layers.append(fitted)
+      rows.append([str(i), f'{errors["scores"]:.2e}', f'{errors["values"]:.2e}'])
+    header = ['layer', 'scores [W_q;b_q] W_k^T', 'value path W_v W_o']
+    return Conversion(new_layers, None, header, rows,
+                      'W_q, b_q, W_kv and W_o per layer, fitted to what attention computes '
+                      '(per head: the score form and the value path)', 'attention maps')
+
+  def qkv(self, x, **kwargs):
+    kv = self.projection('key_value')(x)
+    return self.projection('query')(x), kv, kv
+
+
+@register('single')
+class SingleAttention(AttentionBase):
+  """Q = K = V = xW + b: one projection and nothing else; `shared` with its diagonals at 1.
+  Every head's score matrix is symmetric and positive semi-definite."""
+
+  @classmethod
+  def param_formula(cls, config):
+    return config.num_layers * _dense(config), config.num_layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size], 0
+
+  def qkv(self, x, **kwargs):
+    s = self.projection('shared')(x)  # The name `shared` uses: a `shared` tree minus 'diag'.
+    return s, s, s
+
+
+@register('q_identity')
+class QueryIdentityAttention(AttentionBase):
+  """Q = x, split into heads as K and V are; no query parameters (W_q = I, b_q = 0)."""
+
+  @classmethod
+  def param_formula(cls, config):
+    return config.num_layers * 2 * _dense(config), config.num_layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size] * 2, 0
+
+  def qkv(self, x, **kwargs):
+    c = self.config
+    q = x.astype(c.dtype).reshape(*x.shape[:-1], c.num_heads, self.head_dim)
+    q = nn.with_logical_constraint(q, ('batch', 'length', 'heads', 'kv'))
+    return q, self.projection('key')(x), self.projection('value')(x)
 
 
 def shared_qk_width(config) -> int:

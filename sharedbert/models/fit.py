@@ -1,5 +1,6 @@
 """Least-squares fits of a pretrained `standard` model's attention weights (NumPy): onto
-`shared` attention (W_s and three diagonals per layer, `fit_shared`) and onto MASA's
+`shared` attention (W_s and three diagonals per layer, `fit_shared`), onto `kv_shared`
+(per head, the score form and the value path, `fit_kv_shared`) and onto MASA's
 cross-layer dictionary (matrix PCA, `fit_atoms`, `fit_masa`). The variants' conversion
 hooks call these (sharedbert/models/attention.py); sharedbert.convert_shared reads and
 writes the workdirs. The method is described in sharedbert/convert_shared.py."""
@@ -55,6 +56,60 @@ def fit_shared(attention: dict) -> tuple[dict, dict[str, float]]:
                  'bias': shared[:, d].reshape(n, h)},
       'diag': diag.T.reshape(3, n, h),
       'out': copy.deepcopy(attention['out']),
+  }
+  return out, errors
+
+
+# ---------------------------------------------------------------------------------------
+# kv_shared: one layer, fitted to what attention computes.
+
+def fit_kv_shared(attention: dict) -> tuple[dict, dict[str, float]]:
+  """A standard layer's attention params -> kv_shared's (K = V = x W_kv), and errors.
+
+  Per head h attention uses only M1 = [W_q; b_q] W_k^T ((D+1) x D: the score form, the
+  query bias included; the key bias adds a constant to each query's scores, which softmax
+  ignores) and M2 = W_v W_o (D x D: the value path; the value bias adds b_v W_o to every
+  output, since attention weights sum to one, so it moves into b_o). With K = V = x W_kv
+  and W_kv = U c (U orthonormal D x H, c > 0), the best W_q', b_q' and W_o' for a given U
+  are M1 U / c and U^T M2 / c, leaving the error ||M1 (I - U U^T)||^2 + ||(I - U U^T) M2||^2
+  = tr((I - U U^T) G) with G = M1^T M1 + M2 M2^T. The top H eigenvectors of G minimise it
+  (exact when G has rank <= H, as for a model already of kv_shared form). c is the free
+  scale: chosen so that ||W_kv||_F = sqrt(||W_k||_F ||W_v||_F), the source's own scale.
+  Returns errors 'scores' and 'values': ||M - M_fit||_F / ||M||_F over all heads.
+  """
+  f64 = lambda a: np.asarray(a, np.float64)
+  wq, bq = f64(attention['query']['kernel']), f64(attention['query']['bias'])
+  wk, wv = f64(attention['key']['kernel']), f64(attention['value']['kernel'])
+  bv = f64(attention['value']['bias'])
+  wo, bo = f64(attention['out']['kernel']), f64(attention['out']['bias'])
+  d, n, h = wq.shape
+  dtype = np.asarray(attention['query']['kernel']).dtype
+  new_q, new_kv, new_o = np.zeros((d + 1, n, h)), np.zeros((d, n, h)), np.zeros((n, h, d))
+  squares = {'scores': [0.0, 0.0], 'values': [0.0, 0.0]}  # (error, target) sums of squares.
+  for head in range(n):
+    m1 = np.concatenate([wq[:, head], bq[None, head]]) @ wk[:, head].T   # [D+1, D]
+    m2 = wv[:, head] @ wo[head]                                           # [D, D]
+    _, vectors = np.linalg.eigh(m1.T @ m1 + m2 @ m2.T)
+    u = vectors[:, ::-1][:, :h]                                           # Top H, [D, H].
+    scale = np.sqrt(np.linalg.norm(wk[:, head]) * np.linalg.norm(wv[:, head]) / h) or 1.0
+    new_kv[:, head] = u * scale
+    new_q[:, head] = m1 @ u / scale
+    new_o[head] = u.T @ m2 / scale
+  new_q, new_kv, new_o = (a.astype(dtype) for a in (new_q, new_kv, new_o))
+  # The errors are those of the stored values (after rounding to the parameter dtype).
+  for head in range(n):
+    m1 = np.concatenate([wq[:, head], bq[None, head]]) @ wk[:, head].T
+    m2 = wv[:, head] @ wo[head]
+    kv = new_kv[:, head].astype(np.float64)
+    for name, target, fit in (('scores', m1, new_q[:, head].astype(np.float64) @ kv.T),
+                              ('values', m2, kv @ new_o[head].astype(np.float64))):
+      squares[name][0] += float(np.sum((target - fit) ** 2))
+      squares[name][1] += float(np.sum(target ** 2))
+  errors = {k: float(np.sqrt(e / t)) if t else float(np.sqrt(e)) for k, (e, t) in squares.items()}
+  out = {
+      'query': {'kernel': new_q[:d], 'bias': new_q[d]},
+      'key_value': {'kernel': new_kv, 'bias': np.zeros((n, h), dtype)},
+      'out': {'kernel': new_o, 'bias': (bo + np.einsum('nh,nhd->d', bv, wo)).astype(dtype)},
   }
   return out, errors
 
