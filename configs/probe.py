@@ -23,6 +23,7 @@ Presets (the word after the colon):
 import ml_collections
 
 from sharedbert import config as sb_config
+from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 
 # Every registered variant, so that one added later is probed too.
@@ -33,7 +34,7 @@ def get_config(arg=None):
   args = sb_config.parse_arg(arg, {'preset': 'cpu'})
   preset = args['preset']
   if preset not in ('cpu', 'gpu'):
-    raise ValueError(f'unknown probe preset {preset!r}; choose cpu or gpu')
+    raise UserError(f'unknown probe preset {preset!r}; choose cpu or gpu')
 
   config = ml_collections.ConfigDict()
   config.mode = 'probe'

@@ -38,6 +38,7 @@ Presets (the word after the colon; `data=DIR` points at a folder with corpus/ an
 import ml_collections
 
 from sharedbert import config as sb_config
+from sharedbert.errors import UserError
 
 GLUE_TASKS_ALL = ('cola', 'sst2', 'mrpc', 'stsb', 'qqp', 'mnli', 'qnli', 'rte')
 CROSSDOMAIN_ALL = ('sst2->imdb', 'mrpc->qqp', 'qqp->mrpc', 'mnli->rte', 'mrpc->stsb',
@@ -48,7 +49,7 @@ def get_config(arg=None):
   args = sb_config.parse_arg(arg, {'preset': 'cpu', 'data': '../shared/data', 'corpus': ''})
   preset = args['preset']
   if preset not in ('cpu', 'gpu', 'pod'):
-    raise ValueError(f'unknown study preset {preset!r}; choose cpu, gpu or pod')
+    raise UserError(f'unknown study preset {preset!r}; choose cpu, gpu or pod')
 
   config = ml_collections.ConfigDict()
   config.mode = 'study'

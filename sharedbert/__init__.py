@@ -13,6 +13,9 @@ __version__ = '0.1.0'
 # oneDNN kernels on, it prints a notice about "round-off errors" to stderr at import, whatever
 # TF_CPP_MIN_LOG_LEVEL says, into every command's error output; its kernels are not needed.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
+# Its C++ INFO lines (CPU features, absl's start-up notice) would come before every
+# command's output and before a one-line error; warnings and errors still show.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 
 def __getattr__(name):

@@ -52,6 +52,7 @@ from sharedbert import sharding
 from sharedbert import pretrain_step
 from sharedbert.data.pretrain import InMemoryData, prefetch
 from sharedbert.data.tokenizer import CLS_ID, NUM_SPECIAL
+from sharedbert import validation
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
@@ -505,6 +506,9 @@ def main(argv):
       raise UserError(f'--{name} must be at least 1, not {pick(name)}')
   if pick('warmup') < 0:
     raise UserError(f'--warmup must be at least 0, not {pick("warmup")}')
+  for flag in ('out_json', 'out_md'):  # Where the results go: writable, before any timing.
+    if getattr(FLAGS, flag):
+      validation.output_file(getattr(FLAGS, flag), f'--{flag}')
   hf_python = FLAGS.hf_python or default_hf_python()
   if hf_python.lower() == 'none':
     hf_python = ''
@@ -526,8 +530,9 @@ def main(argv):
 
 def entry():
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  from sharedbert import cli
   with one_line_errors('sharedbert.bench'):
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser('sharedbert.bench', 'sharedbert.bench'))
 
 
 if __name__ == '__main__':

@@ -8,14 +8,27 @@ a half-written step that a resume would pick up (the writer removes such leftove
 starts). A latest step that fails to restore (a truncated or missing file, say) is
 reported and the previous one is used; `set_aside_damaged` then moves the damaged steps
 out of the way, so that the resumed run can save those steps again.
+
+A checkpoint that cannot be written (disk full, no permission, a quota, a bucket gone) is a
+`WriteFailed`: the run stops at once with one line (sharedbert.main's exit code 4) and the
+last finalised checkpoint stays the one a rerun resumes from. On a local filesystem the
+free space is checked before each save (orbax's background writers would otherwise fail
+mid-write, with pages of tracebacks from their threads); other failures are caught where
+orbax reports them: at the save, or, for an asynchronous save, after the first training
+step that ends once it has failed (`poll`).
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import shutil
 import time
 from typing import Any
 
 from absl import logging
+import jax
 import orbax.checkpoint as ocp
 
 from sharedbert.errors import UserError
@@ -26,6 +39,45 @@ DAMAGED_DIR = 'checkpoints-damaged'
 
 def checkpoint_dir(workdir: str) -> str:
   return workdir.rstrip('/') + '/' + CHECKPOINT_DIR
+
+
+class WriteFailed(UserError):
+  """A checkpoint, metrics or summary file could not be written."""
+
+
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM, errno.EIO)
+
+
+def write_failure_reason(error: BaseException) -> str:
+  """The operating system's words for a failed write ('No space left on device'), found in
+  the exception chain or in a tensorstore message ('[os_error_code='28']'); else the first
+  line of the innermost message."""
+  seen = []
+  e = error
+  while e is not None and e not in seen:
+    seen.append(e)
+    if isinstance(e, OSError) and e.errno:
+      return os.strerror(e.errno)
+    code = re.search(r"os_error_code='?(\d+)", str(e))
+    if code:
+      return os.strerror(int(code.group(1)))
+    for number in _WRITE_ERRNOS:  # TensorFlow's errors carry the words, not the number.
+      if os.strerror(number) in str(e):
+        return os.strerror(number)
+    e = e.__cause__ or e.__context__
+  text = str(seen[-1]).strip()
+  return (text.splitlines()[0] if text else type(seen[-1]).__name__)[:200]
+
+
+def _existing_dir(path: str) -> str:
+  path = os.path.abspath(path)
+  while not os.path.isdir(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  return path
+
+
+def _size_text(n: float) -> str:
+  return f'{n / 2**20:.1f} MiB' if n < 2**30 else f'{n / 2**30:.2f} GiB'
 
 
 class Checkpointer:
@@ -56,6 +108,7 @@ class Checkpointer:
         create=not read_only, read_only=read_only)
     self.directory = checkpoint_dir(workdir)
     self.damaged_steps: list[int] = []  # Steps that `restore` found unreadable.
+    self._in_flight: int | None = None  # The step of a save not yet known to be complete.
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_names=('state', 'meta'))
 
@@ -72,9 +125,43 @@ class Checkpointer:
     return self.manager.reached_preemption(step)
 
   def save(self, step: int, state: Any, meta: dict, *, force: bool = False) -> bool:
-    return self.manager.save(
-        step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                      meta=ocp.args.JsonSave(meta)), force=force)
+    """Starts saving `step` (finished in the background when ckpt.async_save is on).
+    Raises WriteFailed when it cannot be written, or an earlier save failed."""
+    self.wait()  # An earlier save's failure is that save's, and is said as such.
+    self._check_free_space(step, state)
+    try:
+      saved = self.manager.save(
+          step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                        meta=ocp.args.JsonSave(meta)), force=force)
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._failed(step, e) from e
+    self._in_flight = step if saved else None
+    return saved
+
+  def _failed(self, step: int, error: BaseException) -> WriteFailed:
+    what = f'checkpoint {step}' if step is not None else 'a checkpoint'
+    return WriteFailed(f'could not write {what} to {self.directory}: '
+                       f'{write_failure_reason(error)}')
+
+  def _check_free_space(self, step: int, state: Any):
+    """Refuses a save that cannot fit on a local filesystem: orbax writes about the state's
+    bytes (OCDBT compresses a little), before it removes the checkpoints it rotates out."""
+    if '://' in self.directory:
+      return  # Object stores: their failures are caught where orbax reports them.
+    need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, 'nbytes')) + 2**20
+    free = shutil.disk_usage(_existing_dir(self.directory)).free
+    if free < need:
+      raise WriteFailed(
+          f'could not write checkpoint {step} to {self.directory}: '
+          f'{os.strerror(errno.ENOSPC)} ({_size_text(free)} free, the checkpoint needs about '
+          f'{_size_text(need)}); free some space or move the workdir, then run the same '
+          'command to resume')
+
+  def poll(self):
+    """Raises WriteFailed if an asynchronous save has ended in failure (cheap: called after
+    every training step, so that no step runs once a failure is known)."""
+    if self._in_flight is not None and not self.manager.is_saving_in_progress():
+      self.wait()
 
   def restore_meta(self, step: int) -> dict:
     return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
@@ -120,7 +207,13 @@ class Checkpointer:
                     f'move {self.directory} away to start over, or use another --workdir')
 
   def wait(self):
-    self.manager.wait_until_finished()
+    """Blocks until the save in flight has finished; raises WriteFailed if it failed."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      step, self._in_flight = self._in_flight, None
+      raise self._failed(step, e) from e
+    self._in_flight = None
     # Orbax runs the removal of unfinished saves in the background and waits for it only
     # at the next save; a run that stops before saving must not leave it half done.
     getattr(self.manager, '_maybe_await_cleanup_tmp_directory', lambda: None)()

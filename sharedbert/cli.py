@@ -9,15 +9,19 @@ would otherwise end in a traceback. `flags_parser(program, module)` is the
 from __future__ import annotations
 
 import difflib
+import logging as logging_std
 import sys
 from typing import Callable
 
 from absl import flags
+from absl import logging
 from ml_collections.config_flags import config_path
 
 from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
 
 FLAGS = flags.FLAGS
+HELP_FLAGS = ('--help', '-help', '--helpshort', '-helpshort', '--helpfull', '-helpfull', '-?',
+              '--?')
 
 
 def _verbose_requested(argv: list[str]) -> bool:
@@ -84,6 +88,20 @@ def flag_error_message(error: Exception, argv: list[str], module: str) -> str | 
   return None
 
 
+class QuietLibraries(logging_std.Filter):
+  """Drops the INFO chatter of orbax, JAX and friends ('Unable to initialize backend
+  tpu', ...) so that a command's log and its one-line errors stand out; their warnings and
+  errors still show, except orbax's reports of a failed write, which sharedbert says in
+  one line itself (checkpoint.WriteFailed; --verbose shows them)."""
+  NOISY = ('/orbax/', '/tensorstore/', '/etils/', '/jax/_src/')
+
+  def filter(self, record):
+    if '/orbax/' in record.pathname and record.levelno >= logging_std.ERROR:
+      return 'verbose' in FLAGS and bool(FLAGS.verbose)
+    return record.levelno >= logging_std.WARNING or not any(
+        n in record.pathname for n in self.NOISY)
+
+
 def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
   """absl's flag parsing, with a mistake said as `PROGRAM: error: ...` and exit 2.
 
@@ -91,11 +109,17 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
   wrong type, a config file that does not load.
   """
   def parse(argv: list[str]) -> list[str]:
+    logging.get_absl_handler().addFilter(QuietLibraries())
     try:
       rest = FLAGS(argv)
       if 'config' in FLAGS and FLAGS['config'].present:
         FLAGS.config.get('mode')  # A config file that failed to load raises only when used.
       return rest
+    except SystemExit as e:
+      # absl prints the help asked for, then exits 1; asking for help is not a failure.
+      if e.code == 1 and any(a.split('=', 1)[0] in HELP_FLAGS for a in argv[1:]):
+        sys.exit(0)
+      raise
     except Exception as e:  # pylint: disable=broad-except
       message = flag_error_message(e, argv, module)
       if message is None or _verbose_requested(argv):

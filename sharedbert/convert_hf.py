@@ -25,7 +25,9 @@ BertModel and the classification models use; BertForMaskedLM reports it as unuse
 tokenizer AutoTokenizer loads with no custom code (tokenizer.json, tokenizer_config.json,
 special_tokens_map.json, and the vocabulary file) that gives sharedbert's ids. A fine-tuned
 seed directory of sharedbert.finetune exports as BertForSequenceClassification. Only
-`standard` post-LN models map onto BERT.
+`standard` models export. Pre-LN models (the budget recipe's) take the same path as
+RobertaPreLayerNormForMaskedLM / ...ForSequenceClassification, built into transformers
+(sharedbert/hf_layout.py says how the layouts differ), and import reads them back.
 
 The functions here are also the workdir helpers of the other converters: `read_params`
 (the parameters of a workdir's checkpoint, without its optimizer state) and
@@ -51,6 +53,7 @@ import numpy as np
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import validation
 from sharedbert.errors import UserError, one_line_errors
+from sharedbert import hf_layout
 from sharedbert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_from_model, hf_from_params,
                                   model_config_from_hf, params_from_hf)
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
@@ -67,6 +70,7 @@ def _define_flags():
   flags.DEFINE_string('hf_dir', None, 'The Hugging Face model directory (read or written).')
   flags.DEFINE_string('workdir', None, 'The sharedbert workdir (written or read).')
   flags.DEFINE_integer('step', None, 'export: the checkpoint step (default: the latest).')
+  flags.DEFINE_bool('overwrite', False, 'export: replace a non-empty --hf_dir whole.')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 
 # ---------------------------------------------------------------------------------------
@@ -133,13 +137,23 @@ def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | 
     if kernel.shape != (cfg.hidden_size, num_labels) or bias.shape != (num_labels,):
       raise UserError(f'the classifier head has shape {kernel.shape} / {bias.shape}, which does '
                       f'not fit {num_labels} labels on width {cfg.hidden_size}')
-    tensors['classifier.weight'] = np.ascontiguousarray(kernel.T)
-    tensors['classifier.bias'] = bias
+    if cfg.pre_layer_norm:
+      # RoBERTa's classification head is dense + tanh on the first token, then out_proj:
+      # sharedbert's pooler, then its classifier. Its encoder has no pooler of its own.
+      for part in ('weight', 'bias'):
+        tensors[f'classifier.dense.{part}'] = tensors.pop(
+            f'{hf_layout.PREFIX[hf_layout.PRE_LN]}.pooler.dense.{part}')
+      tensors['classifier.out_proj.weight'] = np.ascontiguousarray(kernel.T)
+      tensors['classifier.out_proj.bias'] = bias
+    else:
+      tensors['classifier.weight'] = np.ascontiguousarray(kernel.T)
+      tensors['classifier.bias'] = bias
     names = list(head.get('labels') or [])
     if head.get('is_regression') or len(names) != num_labels:
       names = [f'LABEL_{i}' for i in range(num_labels)]
     hf_config.update(
-        architectures=['BertForSequenceClassification'], num_labels=num_labels,
+        architectures=['RobertaPreLayerNormForSequenceClassification' if cfg.pre_layer_norm
+                       else 'BertForSequenceClassification'], num_labels=num_labels,
         id2label={str(i): n for i, n in enumerate(names)},
         label2id={n: i for i, n in enumerate(names)},
         problem_type='regression' if head.get('is_regression') else 'single_label_classification',
@@ -308,6 +322,21 @@ def _publish(tmp: str, target: str):
   os.rename(tmp, target)
 
 
+def _replace_dir(tmp: str, target: str):
+  """Puts the fully written `tmp` in place of `target` (a directory, maybe with files): the
+  old one is renamed aside first and removed last, so a failure in between leaves one of
+  the two whole (the old one under .<name>.old-*, next to it)."""
+  if not os.path.lexists(target):
+    os.rename(tmp, target)
+    return
+  import tempfile
+  old = tempfile.mkdtemp(prefix=f'.{os.path.basename(os.path.abspath(target))}.old-',
+                         dir=os.path.dirname(os.path.abspath(target)))
+  os.rename(target, os.path.join(old, 'previous'))
+  os.rename(tmp, target)
+  shutil.rmtree(old, ignore_errors=True)
+
+
 def _temp_dir_beside(target: str) -> str:
   import tempfile
   parent = os.path.dirname(os.path.abspath(target))
@@ -354,13 +383,15 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   return notes
 
 
-def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
+def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
+              overwrite: bool = False) -> list[str]:
   """sharedbert workdir -> Hugging Face directory; returns notes for the user.
 
   A pretraining (or imported, or converted) workdir becomes BertForMaskedLM; a fine-tuned
   seed directory of sharedbert.finetune (WORKDIR/<task>/seed_<s>) BertForSequenceClassification.
-  Everything is checked and written in a temporary directory first, then moved into
-  HF_DIR file by file, so a refusal leaves HF_DIR as it was.
+  HF_DIR must be new or empty, unless `overwrite`: then it is replaced whole (no file of
+  the old directory stays). Everything is checked and written in a temporary directory
+  first, then renamed into place, so a refusal leaves HF_DIR as it was.
   """
   from sharedbert import classifiers
   from sharedbert.data import tokenizer as tokenizer_lib
@@ -374,12 +405,14 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
     model_cfg = ModelConfig.from_config(head['model'])
     params = {'bert': all_params['bert']}
     head_params = all_params['classifier']
-    what = (f'BertForSequenceClassification layout: {head["task"]}, {head["num_labels"]} '
+    family = 'RobertaPreLayerNorm' if model_cfg.pre_layer_norm else 'Bert'
+    what = (f'{family}ForSequenceClassification layout: {head["task"]}, {head["num_labels"]} '
             f'{"output (regression)" if head["is_regression"] else "labels"}')
   else:
     model_cfg, params, _, step = read_params(workdir, step)
-    what = 'BertForMaskedLM layout, with the pooler'
-  hf_config_from_model(model_cfg)  # Refuses what BERT cannot hold, before any work.
+    family = 'RobertaPreLayerNorm' if model_cfg.pre_layer_norm else 'Bert'
+    what = f'{family}ForMaskedLM layout, with the pooler'
+  hf_config_from_model(model_cfg)  # Refuses what neither layout holds, before any work.
   params = unstack_layers(params)  # Hugging Face's layout is one module per layer.
   tokenizer = tokenizer_lib.load_workdir(workdir)
   if tokenizer is None:
@@ -390,16 +423,15 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None) -> list[str]:
                     f'word embedding has {model_cfg.vocab_size} rows: they do not belong together')
   if os.path.exists(hf_dir) and not os.path.isdir(hf_dir):
     raise UserError(f'--hf_dir={hf_dir} exists and is not a directory')
+  if not overwrite and os.path.isdir(hf_dir) and os.listdir(hf_dir):
+    raise UserError(f'--hf_dir={hf_dir} exists and is not empty; choose a new directory, or '
+                    'pass --overwrite to replace it whole')
+  validation.workdir(hf_dir, '--hf_dir')
   tmp = _temp_dir_beside(hf_dir)
   try:
     write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
     names = write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)
-    if not os.path.isdir(hf_dir):
-      os.rename(tmp, hf_dir)
-    else:
-      for name in os.listdir(tmp):
-        os.replace(os.path.join(tmp, name), os.path.join(hf_dir, name))
-      os.rmdir(tmp)
+    _replace_dir(tmp, hf_dir)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -424,7 +456,7 @@ def main(argv):
       notes = import_hf(FLAGS.hf_dir, FLAGS.workdir, FLAGS.config)
       print(f'imported {FLAGS.hf_dir} into {FLAGS.workdir} (standard attention, step 0)')
     else:
-      notes = export_hf(FLAGS.workdir, FLAGS.hf_dir, FLAGS.step)
+      notes = export_hf(FLAGS.workdir, FLAGS.hf_dir, FLAGS.step, overwrite=FLAGS.overwrite)
     for note in notes:
       print(f'  {note}')
 

@@ -111,7 +111,7 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
   """Converts SOURCE's checkpoint into a new TARGET workdir; returns the report."""
   if os.path.abspath(source) == os.path.abspath(target):
     raise UserError('--target must be a new workdir, not --source')
-  validation.workdir(target)
+  validation.workdir(target, '--target')
   source_cfg, params, meta, step = convert_hf.read_params(source, step)
   params = unstack_layers(params)  # The fits work layer by layer; the target keeps the layout.
   target_cfg = target_model_config(source_cfg, attention, masa_atoms, masa_projections)

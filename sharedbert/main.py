@@ -11,6 +11,9 @@ configs/glue.py). Exit codes:
   0    done.
   2    a user error: a bad flag, config value, path or workdir, said in one line on stderr
        (the traceback with --verbose); the workdir is left as it was.
+  4    a checkpoint or the metrics could not be written (disk full, no permission, a
+       quota): stopped at once, with one line on stderr; the last finalised checkpoint is
+       kept, and the same command resumes from it once there is room.
   3    stopped after optim.max_skipped_steps consecutive non-finite steps, or the run's
        last steps were non-finite; the last good checkpoint is kept (lower optim.lr, then
        run the same command to resume). No checkpoint holds a non-finite value.
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import logging as logging_std
 import os
 import sys
 
@@ -35,6 +37,8 @@ from ml_collections import config_flags
 
 from sharedbert import cli
 from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
+
+WRITE_FAILED_EXIT_CODE = 4
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (see configs/).',
@@ -130,23 +134,35 @@ def run(config, workdir: str) -> dict:
   raise UserError(f'unknown config.mode {mode!r}')
 
 
-class _QuietLibraries(logging_std.Filter):
-  """Drops the INFO chatter of orbax and friends; warnings and errors still show."""
-  NOISY = ('/orbax/', '/tensorstore/', '/etils/', '/jax/_src/')
-
-  def filter(self, record):
-    return record.levelno >= logging_std.WARNING or not any(
-        n in record.pathname for n in self.NOISY)
+def _quiet_closed_event_loops(hook):
+  """sys.excepthook without the 'Event loop is closed' errors that tensorstore's callbacks
+  print (through PyErr_Print) when an orbax write fails and its event loop is gone: the
+  failure itself is said in one line (checkpoint.WriteFailed)."""
+  def quiet(kind, value, tb):
+    if not (kind is RuntimeError and str(value) == 'Event loop is closed'):
+      hook(kind, value, tb)
+  return quiet
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  logging.get_absl_handler().addFilter(_QuietLibraries())
+  if not FLAGS.verbose:
+    sys.excepthook = _quiet_closed_event_loops(sys.excepthook)
+  from sharedbert import checkpoint as checkpoint_lib
   from sharedbert import train
   try:
     _init_distributed()
     run(FLAGS.config, FLAGS.workdir)
+  except checkpoint_lib.WriteFailed as e:
+    if FLAGS.verbose:
+      raise
+    print(f'sharedbert: error: {e}', file=sys.stderr)
+    # Orbax's writer threads may still hold the failed save; a normal interpreter exit
+    # would wait on them and print their tracebacks. Finalised checkpoints are on disk.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(WRITE_FAILED_EXIT_CODE)
   except UserError as e:
     if FLAGS.verbose:
       raise

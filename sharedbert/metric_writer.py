@@ -4,7 +4,8 @@ Only the chief process (process 0) writes; the others accept the calls and do no
 metrics.jsonl has one JSON object a line, always with 'step'; the TensorBoard event files
 are under WORKDIR/tensorboard. A resumed run first drops the lines after the step it
 resumes from (a killed run wrote them, and they will be written again), so metrics.jsonl
-stays one history; TensorBoard itself discards the events of a restarted step range.
+stays one history; TensorBoard itself discards the events of a restarted step range. A write that fails
+(disk full, permissions) raises checkpoint.WriteFailed: the run stops.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 
 from absl import logging
 import tensorflow as tf
+
+from sharedbert.checkpoint import WriteFailed, write_failure_reason
 
 
 def _fmt(key, value):
@@ -42,13 +45,18 @@ class MetricWriter:
     clean = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()}
     record = {'step': int(step), **{k: (None if isinstance(v, float) and not math.isfinite(v)
                                         else v) for k, v in clean.items()}}
-    with tf.io.gfile.GFile(self.path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
-    with self._tb.as_default(step=int(step)):
-      for k, v in clean.items():
-        if isinstance(v, (int, float)):
-          tf.summary.scalar(k, v)
-    self._tb.flush()
+    try:
+      with tf.io.gfile.GFile(self.path, 'a') as f:
+        f.write(json.dumps(record) + '\n')
+      with self._tb.as_default(step=int(step)):
+        for k, v in clean.items():
+          if isinstance(v, (int, float)):
+            tf.summary.scalar(k, v)
+      self._tb.flush()
+    except (OSError, tf.errors.OpError) as e:
+      # A run that cannot record its metrics stops, like one that cannot save.
+      raise WriteFailed(f'could not write the metrics of step {step} to {self.path}: '
+                        f'{write_failure_reason(e)}') from e
     text = ' '.join(_fmt(k, v) for k, v in clean.items())
     logging.info('[%s] step %d: %s%s', prefix, step, text, extra)
 

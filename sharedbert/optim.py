@@ -20,12 +20,34 @@ NO_DECAY_NAMES = ('bias', 'scale', 'output_bias', 'diag', 'coefficients')
 SQUAD_DEFAULTS = dict(weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, grad_clip_norm=1.0)
 
 
+def effective_warmup(warmup_steps: int, total_steps: int) -> int:
+  """warmup_steps, or a tenth of the run when it is not shorter than the run.
+
+  Clamped rather than refused: a preset's warmup with a shorter run (`:tiny` has 50,
+  BERT's recipe 10,000; `--config.total_steps=40`) is the usual way to get here, and a rate
+  still rising at the last step would never decay. A tenth is BERT fine-tuning's share.
+  Pretraining says so in one warning line (`clamp_note`)."""
+  warmup, total = max(int(warmup_steps), 0), max(int(total_steps), 1)
+  return warmup if warmup < total else total // 10
+
+
+def clamp_note(optim, total_steps: int) -> str:
+  """The warning line for a clamped warmup, or ''."""
+  warmup = effective_warmup(optim.warmup_steps, total_steps)
+  if warmup == int(optim.warmup_steps):
+    return ''
+  return (f'optim.warmup_steps={optim.warmup_steps} is not below total_steps={total_steps}: '
+          f'warming up over {warmup} steps (a tenth of the run) instead, so that the rate '
+          'still falls to 0; set optim.warmup_steps to choose')
+
+
 def learning_rate_schedule(optim, total_steps: int):
   """The learning rate applied at step s (0-based): linear warmup over `warmup_steps` steps
   (lr·(s+1)/warmup, so the first step already learns), then linear decay that reaches 0 at
-  the last step, total_steps - 1 (BERT's triangular schedule, ending exactly at zero)."""
+  the last step, total_steps - 1 (BERT's triangular schedule, ending exactly at zero). A
+  warmup as long as the run is clamped (`effective_warmup`)."""
   total = max(int(total_steps), 1)
-  warmup = min(max(int(optim.warmup_steps), 0), total)
+  warmup = effective_warmup(optim.warmup_steps, total)
   lr = float(optim.lr)
 
   def schedule(step):

@@ -319,7 +319,9 @@ def command_text(argv: list[str]) -> str:
 def run_probe(config, workdir: str, *, report_only: bool = False, command: str = '') -> str:
   """Runs (or resumes) every run, then writes the report; returns report.md's path."""
   from sharedbert import probe_report
+  from sharedbert import validation
   validate(config)
+  validation.workdir(workdir)
   workdir = os.path.abspath(os.fspath(workdir))
   load_start = os.getloadavg()[0]
   t0 = time.time()
@@ -344,6 +346,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   import jax
+  from sharedbert import validation
+  with one_line_errors('sharedbert.probe', FLAGS.verbose):
+    validation.workdir(FLAGS.workdir)  # Before the compilation cache is put inside it.
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update('jax_compilation_cache_dir', os.path.join(FLAGS.workdir, 'jax_cache'))
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
@@ -365,4 +370,5 @@ def _define_flags():
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main)
+  from sharedbert import cli
+  app.run(main, flags_parser=cli.flags_parser('sharedbert.probe', 'sharedbert.probe'))

@@ -218,4 +218,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  from sharedbert import cli
+  app.run(main, flags_parser=cli.flags_parser('sharedbert.recipe_ablation',
+                                              'sharedbert.recipe_ablation'))

@@ -259,6 +259,20 @@ class Restored:
     return {'sequence_output': out['sequence_output'], 'pooled_output': out['pooled_output'],
             'input_mask': (ids != self.tokenizer.pad_id).astype(np.int32)}
 
+  def answerable(self, num_ids: int | None = None) -> np.ndarray:
+    """[num_ids] bool: the ids fill_mask may answer. Only real tokens: not [PAD], [UNK],
+    [CLS], [SEP], [MASK], nor ids beyond the vocabulary, nor a lone word boundary '▁' (not
+    a word)."""
+    tok = self.tokenizer
+    usable = np.zeros(num_ids or int(self.config.model.vocab_size), bool)
+    usable[:tok.vocab_size] = True
+    usable[list(tok.special_ids)] = False
+    if tok.kind == 'sentencepiece':
+      space = tok.sp.piece_to_id('\u2581')
+      if tok.id_to_piece(space) == '\u2581':
+        usable[space] = False
+    return usable
+
   def fill_mask(self, text: str, top_k: int = 5) -> list:
     """The most likely tokens for each [MASK] in `text`.
 
@@ -276,14 +290,7 @@ class Restored:
     padded = np.zeros((1, width), np.int32)
     padded[0, :len(positions)] = positions
     log_probs = self._run(ids, padded, 1)['log_probs'][0]
-    # Only real tokens: not [PAD]/[UNK]/[CLS]/[SEP]/[MASK], nor ids beyond the vocabulary.
-    usable = np.zeros(log_probs.shape[-1], bool)
-    usable[:tok.vocab_size] = True
-    usable[list(tok.special_ids)] = False
-    if tok.kind == 'sentencepiece':  # A lone word boundary '▁' is not a word: never an answer.
-      space = tok.sp.piece_to_id('\u2581')
-      if tok.id_to_piece(space) == '\u2581':
-        usable[space] = False
+    usable = self.answerable(log_probs.shape[-1])
     results = []
     candidates = np.flatnonzero(usable)
     for slot, position in enumerate(positions):

@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from sharedbert import jsonio
-from sharedbert.errors import one_line_errors
+from sharedbert.errors import UserError, one_line_errors
 # The plan (configs, tasks, baselines, result paths) lives in study_plan, which the report
 # reads too; its names are part of this module's interface.
 from sharedbert.study_plan import (  # noqa: F401
@@ -67,6 +67,9 @@ read_json = jsonio.read_json
 
 read_metrics_jsonl = jsonio.read_jsonl
 
+
+# How a study is given its corpus (configs/study.py), named in corpus errors' hints.
+STUDY_CORPUS_KEY = 'corpus= after the preset (e.g. configs/study.py:cpu,corpus=PATH)'
 
 def pretrain_summary(run_dir: str) -> dict:
   """Final held-out MLM figures and the mean step time from a run's metrics.jsonl."""
@@ -324,7 +327,11 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
   from sharedbert import validation
   config_checks.study(config)
   validation.workdir(workdir)
-  train_lib.preflight(pretrain_config(config, variants[0]))
+  from sharedbert.data import sources
+  try:
+    train_lib.preflight(pretrain_config(config, variants[0]))
+  except sources.CorpusError as e:  # The study takes its corpus after the preset's colon.
+    raise UserError(str(e).replace(sources.CORPUS_KEY, STUDY_CORPUS_KEY)) from e
   tasks, _ = resolve_glue_tasks(config)
   for task in tasks:
     cfg = glue_config(config, pretrain_dir(workdir, variants[0]), task)

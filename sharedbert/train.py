@@ -269,9 +269,10 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   mesh = sharding.make_mesh(config.mesh)
   axis_rules = sharding.rules(config)
   model_cfg = ModelConfig.from_config(config.model)
-  note = model_cfg.attention_impl_note()
-  if note:
-    logging.warning(note)
+  for note in (model_cfg.attention_impl_note(),
+               optim_lib.clamp_note(config.optim, config.total_steps)):
+    if note:
+      logging.warning(note)
   tf.io.gfile.makedirs(workdir)
   if set_aside_old_run and is_chief:
     _set_aside_old_run(workdir)
@@ -341,10 +342,21 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
     unread_flag = None
 
     def stop(error: Exception):
-      ckpt.wait()
-      ckpt.close()
+      try:
+        ckpt.wait()
+        ckpt.close()
+      except checkpoint_lib.WriteFailed as failed:  # Said as well; the error is `error`.
+        logging.error('%s', failed)
       writer.close()
       raise error
+
+    def record(step_done, values, **kwargs):
+      """Writes metrics; one that cannot be written stops the run (after the save in
+      flight, a good one, is finished)."""
+      try:
+        writer.write(step_done, values, **kwargs)
+      except checkpoint_lib.WriteFailed as e:
+        stop(e)
 
     def kept() -> str:
       ckpt.wait()
@@ -386,6 +398,8 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
       return True
 
     for step in range(start_step, config.total_steps):
+      # A failed asynchronous save stops the run here, before another step (WriteFailed).
+      ckpt.poll()
       if step > start_step:
         batch = sharding.global_batch(next(batches), mesh)
       state, metrics = compiled(state, batch)
@@ -405,11 +419,11 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
         last.update(tokens_per_sec=tokens_per_step / step_time, step_time=step_time,
                     skipped_total=int(jax.device_get(state.skipped_total)))
         eta = (config.total_steps - done) * step_time
-        writer.write(done, last, extra=f' eta={_duration(eta)}')
+        record(done, last, extra=f' eta={_duration(eta)}')
         interval_start, interval_steps = time.time(), 0
       if done % config.eval_every_steps == 0 or final:
         ev = evaluate(eval_fn, state.params, data.eval_batches, mesh)
-        writer.write(done, ev, prefix='eval')
+        record(done, ev, prefix='eval')
         last.update(ev)
       preempted = sigterm.raised or ckpt.reached_preemption(done)
       saved = False

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import tempfile
 from typing import Any, Callable, Mapping
 
 from sharedbert.errors import UserError
@@ -258,9 +259,13 @@ def model(model_cfg) -> None:
   check_table(model_cfg, MODEL, 'model.')
 
 
-def workdir(path: str) -> None:
-  """A --workdir that is a file (or under one) cannot hold a run."""
+def workdir(path: str, flag: str = '--workdir') -> None:
+  """A directory a command will write: not empty, not a file (or under one), and writable
+  where it is (or where it would be created): checked by creating and removing a temporary
+  file there, which also catches a read-only filesystem that permission bits do not show."""
   path = os.fspath(path)
+  if not path.strip():
+    raise UserError(f'{flag} is empty; give the directory to write to (new or existing)')
   if '://' in path:
     return
   probe = os.path.abspath(path)
@@ -271,5 +276,27 @@ def workdir(path: str) -> None:
     probe = parent
   if not os.path.isdir(probe):
     what = 'is' if probe == os.path.abspath(path) else f'is under {probe}, which is'
-    raise UserError(f'--workdir {path} {what} not a directory; --workdir must be a '
+    raise UserError(f'{flag} {path} {what} not a directory; {flag} must be a '
                     'directory (new or existing)')
+  try:
+    with tempfile.TemporaryFile(dir=probe, prefix='.sharedbert-write-check-'):
+      pass
+  except OSError as e:
+    where = '' if probe == os.path.abspath(path) else f' (it would be created in {probe})'
+    raise UserError(f'{flag} {path} cannot be written{where}: {e.strerror}; choose a '
+                    'directory you can write to') from e
+
+
+def output_file(path: str, flag: str) -> None:
+  """A file a command will write: not a directory, in a directory that can be written."""
+  path = os.fspath(path)
+  if '://' in path:
+    return
+  if os.path.isdir(path):
+    raise UserError(f'{flag} {path} is a directory; give a file path')
+  folder = os.path.dirname(os.path.abspath(path))
+  try:
+    workdir(folder, flag)
+  except UserError as e:
+    raise UserError(f'{flag} {path} cannot be written: its folder {folder} '
+                    f'{str(e).split(" ", 2)[2]}') from e

@@ -161,7 +161,7 @@ def test_unsupported_checkpoints_are_user_errors(hf, change, match):
 
 
 def test_only_standard_exports():
-  with pytest.raises(UserError, match='only standard post-LN'):
+  with pytest.raises(UserError, match='only standard models map'):
     convert_hf.hf_config_from_model(ModelConfig(attention='shared'))
 
 
@@ -227,3 +227,78 @@ def test_import_of_a_corrupt_file_through_the_command_line(tmp_path):
   assert line.startswith(f'sharedbert.convert_hf: error: {hf_dir}/model.safetensors is not a '
                          'readable safetensors file (')
   assert not (tmp_path / 'work').exists()
+
+
+# ---------------------------------------------------------------------------------------
+# Pre-LN: RobertaPreLayerNormForMaskedLM (tools/make_hf_golden.py --arch=roberta-prelayernorm).
+
+PRE_LN_FIXTURE = os.path.join(os.path.dirname(__file__), 'fixtures', 'hf_prelayernorm_tiny')
+
+
+@pytest.fixture(scope='module')
+def pre_ln():
+  return convert_hf.read_hf_dir(PRE_LN_FIXTURE), dict(
+      np.load(os.path.join(PRE_LN_FIXTURE, 'golden.npz')))
+
+
+def test_pre_ln_checkpoint_computes_what_transformers_computes(pre_ln):
+  """At the real tokens (RoBERTa gives padding a position row of its own, which sharedbert
+  does not have): logits and every hidden state to 1e-5."""
+  (hf_config, tensors), golden = pre_ln
+  cfg = convert_hf.model_config_from_hf(hf_config)
+  assert cfg.pre_layer_norm and cfg.max_position_embeddings == 16  # 17 rows, one for padding.
+  params, notes = convert_hf.params_from_hf(tensors, cfg)
+  assert 'MLM head: from the checkpoint' in notes
+  logits, hidden, _ = run_model(cfg, params, golden)
+  real = golden['attention_mask'].astype(bool)
+  np.testing.assert_allclose(logits[real], golden['logits'][real], atol=TOLERANCE, rtol=0)
+  np.testing.assert_allclose(hidden[:, real], golden['hidden_states'][:, real],
+                             atol=TOLERANCE, rtol=0)
+  # The padding's own position row matters to transformers: the comparison can fail there.
+  assert np.abs(logits[~real] - golden['logits'][~real]).max() > 1e-3
+
+
+def test_pre_ln_import_then_export_gives_the_same_tensors(pre_ln, tmp_path):
+  (hf_config, tensors), _ = pre_ln
+  workdir, out = tmp_path / 'w', tmp_path / 'hf'
+  convert_hf.import_hf(PRE_LN_FIXTURE, str(workdir))
+  notes = convert_hf.export_hf(str(workdir), str(out))
+  assert 'RobertaPreLayerNormForMaskedLM layout' in notes[0]
+  written = json.loads((out / 'config.json').read_text())
+  assert written['model_type'] == 'roberta-prelayernorm'
+  assert written['architectures'] == ['RobertaPreLayerNormForMaskedLM']
+  for key in ('max_position_embeddings', 'pad_token_id', 'num_hidden_layers', 'hidden_size'):
+    assert written[key] == hf_config[key], key
+  exported = load_file(str(out / 'model.safetensors'))
+  pooler = {'roberta_prelayernorm.pooler.dense.weight', 'roberta_prelayernorm.pooler.dense.bias'}
+  assert set(exported) - set(tensors) == pooler
+  positions = 'roberta_prelayernorm.embeddings.position_embeddings.weight'
+  for key, value in tensors.items():
+    if key == positions:  # The padding row is not sharedbert's: written as zeros.
+      np.testing.assert_array_equal(exported[key][1:], value[1:])
+      assert not exported[key][0].any()
+    else:
+      np.testing.assert_array_equal(exported[key], value, err_msg=key)
+
+
+def test_pre_ln_classifier_exports_as_roberta_classification_head(pre_ln):
+  """RoBERTa's head is dense + tanh on the first token, then out_proj: sharedbert's pooler
+  and classifier under those names, and no pooler in the encoder."""
+  (hf_config, tensors), _ = pre_ln
+  cfg = convert_hf.model_config_from_hf(hf_config)
+  params, _ = convert_hf.params_from_hf(tensors, cfg)
+  rng = np.random.default_rng(0)
+  head = {'task': 'sst2', 'num_labels': 2, 'is_regression': False, 'labels': ['0', '1']}
+  head_params = {'kernel': rng.standard_normal((32, 2)).astype(np.float32),
+                 'bias': rng.standard_normal(2).astype(np.float32)}
+  import tempfile
+  with tempfile.TemporaryDirectory() as out:
+    convert_hf.write_hf_dir(out, cfg, params, head=head, head_params=head_params)
+    written = json.loads(open(os.path.join(out, 'config.json')).read())
+    exported = load_file(os.path.join(out, 'model.safetensors'))
+  assert written['architectures'] == ['RobertaPreLayerNormForSequenceClassification']
+  assert not any('pooler' in k or k.startswith('lm_head') for k in exported)
+  np.testing.assert_array_equal(exported['classifier.dense.weight'],
+                                params['bert']['pooler']['kernel'].T)
+  np.testing.assert_array_equal(exported['classifier.out_proj.weight'], head_params['kernel'].T)
+  np.testing.assert_array_equal(exported['classifier.out_proj.bias'], head_params['bias'])

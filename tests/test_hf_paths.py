@@ -220,7 +220,7 @@ def test_convert_to_shared_then_finetune(imported, sst2_dir, tmp_path):
       [sys.executable, '-m', 'sharedbert.convert_hf', 'export', f'--workdir={seed_dir}',
        f'--hf_dir={tmp_path}/out'], capture_output=True, text=True, cwd=ROOT,
       env=dict(os.environ, JAX_PLATFORMS='cpu'))
-  assert result.returncode == 2 and 'only standard post-LN' in result.stderr
+  assert result.returncode == 2 and 'only standard models map' in result.stderr
   assert not (tmp_path / 'out').exists()
 
 

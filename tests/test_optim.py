@@ -1,6 +1,7 @@
 """The one optimizer builder (sharedbert/optim.py) keeps each loop's recipe."""
 
 import ml_collections
+import pytest
 import numpy as np
 
 from sharedbert import optim
@@ -46,3 +47,20 @@ def test_squad_uses_its_configured_optimizer():
       grad_clip_norm=1.0)
   c.optim = _optim(warmup_fraction=0.2, weight_decay=0.0)
   assert squad.optimizer_config(c) is c.optim
+
+
+def test_a_warmup_as_long_as_the_run_is_clamped_to_a_tenth():
+  """The rate rises, then falls to exactly 0 at the last step, even when warmup_steps is a
+  preset's 10,000 and the run has 40 steps; a shorter warmup is kept as it is."""
+  assert optim.effective_warmup(10_000, 40) == 4 and optim.effective_warmup(40, 40) == 4
+  assert optim.effective_warmup(39, 40) == 39 and optim.effective_warmup(0, 40) == 0
+  _, schedule = optim.make_optimizer(_optim(lr=1e-3, warmup_steps=10_000), 40)
+  rates = [float(schedule(s)) for s in range(40)]
+  assert rates[3] == pytest.approx(1e-3) and rates[-1] == 0.0
+  assert all(a < b for a, b in zip(rates[:4], rates[1:4]))
+  assert rates[4] == pytest.approx(1e-3)  # The peak is held one step, then the decay.
+  assert all(a > b for a, b in zip(rates[4:], rates[5:]))
+  note = optim.clamp_note(_optim(warmup_steps=10_000), 40)
+  assert note.startswith('optim.warmup_steps=10000 is not below total_steps=40: warming up '
+                         'over 4 steps') and '\n' not in note
+  assert optim.clamp_note(_optim(warmup_steps=5), 40) == ''

@@ -8,10 +8,12 @@ has them, and point --sharedbert_python at one that has sharedbert:
 
 - the tokenizer: `AutoTokenizer.from_pretrained(hf_dir)` ids == sharedbert's ids on every
   sentence (the built-in ones, or one a line from --sentences);
-- BertForMaskedLM (a pretraining workdir): `pipeline("fill-mask")` top-5 ids == those of
+- BertForMaskedLM or RobertaPreLayerNormForMaskedLM (a pretraining workdir, post- or
+  pre-LN): `pipeline("fill-mask")` top-5 ids == those of
   `sharedbert.restore(workdir).fill_mask`, and the largest score difference;
-- BertForSequenceClassification (a fine-tuned WORKDIR/<task>/seed_<s>): logits of
-  `AutoModelForSequenceClassification` vs `sharedbert.restore(seed_dir).logits`.
+- Bert- or RobertaPreLayerNormForSequenceClassification (a fine-tuned
+  WORKDIR/<task>/seed_<s>): logits of `AutoModelForSequenceClassification` vs
+  `sharedbert.restore(seed_dir).logits`.
 Prints the figures; exits 1 if ids differ or logits differ by more than 1e-5.
 """
 
@@ -44,6 +46,7 @@ run = sharedbert.restore(args['workdir'])
 out = {'ids': run.tokenizer.encode(args['sentences'])}
 if hasattr(run, 'fill_mask'):
   out['fill'] = [[(g['token_id'], g['score']) for g in run.fill_mask(t)] for t in args['masked']]
+  out['unanswerable'] = np.flatnonzero(~run.answerable()).tolist()
 else:
   out['logits'] = run.logits(args['sentences']).tolist()
 print('JSON' + json.dumps(out))
@@ -90,7 +93,7 @@ def main():
       print(f'  differ: {s[:60]!r}: sharedbert {a[:12]} transformers {b[:12]}')
 
   config = transformers.AutoConfig.from_pretrained(args.hf_dir)
-  if 'BertForSequenceClassification' in (config.architectures or []):
+  if any(a.endswith('ForSequenceClassification') for a in (config.architectures or [])):
     model = transformers.AutoModelForSequenceClassification.from_pretrained(args.hf_dir).eval()
     batch = tok(sentences, padding=True, return_tensors='pt')
     with torch.no_grad():
@@ -100,13 +103,19 @@ def main():
           f'{logits.size} values')
     failed |= err > 1e-5
   else:
-    fill = transformers.pipeline('fill-mask', model=args.hf_dir, tokenizer=tok, top_k=5)
+    # sharedbert's fill_mask never answers special tokens or a lone '▁': the pipeline's
+    # top-5 among the same candidates (its scores are over the whole vocabulary, as ours).
+    skip = set(ours['unanswerable'])
+    fill = transformers.pipeline('fill-mask', model=args.hf_dir, tokenizer=tok,
+                                 top_k=5 + len(skip))
     equal, worst = 0, 0.0
     for text, want in zip(masked, ours['fill']):
-      got = fill(text.replace('[MASK]', tok.mask_token))
+      got = [g for g in fill(text.replace('[MASK]', tok.mask_token))
+             if g['token'] not in skip][:5]
       got_ids = [g['token'] for g in got]
       equal += got_ids == [i for i, _ in want]
-      worst = max(worst, max(abs(g['score'] - s) for g, (_, s) in zip(got, want)))
+      scores = {g['token']: g['score'] for g in got}
+      worst = max(worst, max(abs(scores[i] - s) if i in scores else 1.0 for i, s in want))
       print(f'  {text!r}: transformers {[g["token_str"] for g in got]} ids {got_ids}; '
             f'sharedbert ids {[i for i, _ in want]}')
     print(f'fill-mask top-5 ids equal on {equal} of {len(masked)} sentences; max score '

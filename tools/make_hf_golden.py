@@ -1,9 +1,13 @@
-r"""Regenerates tests/fixtures/hf_bert_tiny: a small random Hugging Face BERT and its outputs.
+r"""Regenerates tests/fixtures/hf_bert_tiny: a small random Hugging Face BERT and its outputs
+(and, with --arch=roberta-prelayernorm, tests/fixtures/hf_prelayernorm_tiny: the same for
+RobertaPreLayerNormForMaskedLM, the pre-LN layout; [PAD] = 0, so its position table has one
+row in front of sharedbert's).
 
 Needs torch and transformers (not sharedbert's dependencies; the tests only read the files
 written here):
 
   python tools/make_hf_golden.py [--out=tests/fixtures/hf_bert_tiny]
+  python tools/make_hf_golden.py --arch=roberta-prelayernorm --out=tests/fixtures/hf_prelayernorm_tiny
 
 Writes, into --out:
   config.json, model.safetensors  what `BertForMaskedLM.save_pretrained` writes (no pooler:
@@ -81,25 +85,36 @@ def run(model, inputs):
           np.stack([h.numpy() for h in out.hidden_states]).astype(np.float32))
 
 
-def generate(out_dir: str):
+ARCHS = {
+    # model_type: (config class, MLM model, base model, config changes)
+    'bert': ('BertConfig', 'BertForMaskedLM', 'BertModel', {}),
+    'roberta-prelayernorm': ('RobertaPreLayerNormConfig', 'RobertaPreLayerNormForMaskedLM',
+                             'RobertaPreLayerNormModel',
+                             dict(pad_token_id=0, bos_token_id=4, eos_token_id=5,
+                                  max_position_embeddings=CONFIG['max_position_embeddings'] + 1)),
+}
+
+
+def generate(out_dir: str, arch: str = 'bert'):
   torch.manual_seed(0)
-  config = transformers.BertConfig(**CONFIG)
-  model = transformers.BertForMaskedLM._from_config(config, attn_implementation='eager').eval()
+  config_cls, mlm_cls, base_cls, changes = ARCHS[arch]
+  config = getattr(transformers, config_cls)(**{**CONFIG, **changes})
+  model = getattr(transformers, mlm_cls)._from_config(config, attn_implementation='eager').eval()
   assert model.config._attn_implementation == 'eager'
   with torch.no_grad():
     for name, p in model.named_parameters():
       # Zero biases and unit LayerNorm scales would hide a misplaced tensor.
       if name.endswith('bias'):
         p.copy_(0.1 * torch.randn_like(p))
-      elif 'LayerNorm.weight' in name:
+      elif 'LayerNorm.weight' in name or 'layer_norm.weight' in name:
         p.copy_(1.0 + 0.1 * torch.randn_like(p))
   inputs = golden_inputs()
   logits, hidden = run(model, inputs)
 
   # A pooler on the same encoder, for importing a checkpoint that has one.
-  base = transformers.BertModel._from_config(config, add_pooling_layer=True,
-                                             attn_implementation='eager').eval()
-  missing, unexpected = base.load_state_dict(model.bert.state_dict(), strict=False)
+  base = getattr(transformers, base_cls)._from_config(config, add_pooling_layer=True,
+                                                      attn_implementation='eager').eval()
+  missing, unexpected = base.load_state_dict(model.base_model.state_dict(), strict=False)
   assert set(missing) <= {'pooler.dense.weight', 'pooler.dense.bias'}, missing
   assert not unexpected, unexpected
   with torch.no_grad():
@@ -125,13 +140,15 @@ def generate(out_dir: str):
 
 def verify(exported_dir: str, golden_dir: str):
   golden = np.load(os.path.join(golden_dir, 'golden.npz'))
-  model = transformers.BertForMaskedLM.from_pretrained(exported_dir,
-                                                       attn_implementation='eager').eval()
+  model = transformers.AutoModelForMaskedLM.from_pretrained(exported_dir,
+                                                            attn_implementation='eager').eval()
   inputs = tuple(golden[k].astype(np.int64)
                  for k in ('input_ids', 'attention_mask', 'token_type_ids'))
   logits, hidden = run(model, inputs)
-  err_logits = float(np.max(np.abs(logits - golden['logits'])))
-  err_hidden = float(np.max(np.abs(hidden - golden['hidden_states'])))
+  # At real tokens: RoBERTa gives padding its own position row, which an export zeroes.
+  real = golden['attention_mask'].astype(bool)
+  err_logits = float(np.max(np.abs(logits - golden['logits'])[real]))
+  err_hidden = float(np.max(np.abs(hidden - golden['hidden_states'])[:, real]))
   print(f'max |logits - golden| = {err_logits:.2e}; max |hidden states - golden| = '
         f'{err_hidden:.2e}')
   if max(err_logits, err_hidden) > 1e-5:
@@ -143,11 +160,12 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--out', default=DEFAULT_OUT, help='fixture directory')
   parser.add_argument('--verify', default='', help='an exported HF directory to check')
+  parser.add_argument('--arch', default='bert', choices=sorted(ARCHS), help='model_type')
   args = parser.parse_args()
   if args.verify:
     verify(args.verify, args.out)
   else:
-    generate(args.out)
+    generate(args.out, args.arch)
 
 
 if __name__ == '__main__':

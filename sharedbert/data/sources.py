@@ -24,14 +24,22 @@ from sharedbert.data import demo_corpus
 from sharedbert.errors import UserError
 
 
+class CorpusError(UserError):
+  """A corpus that cannot be read; its hint names config.data.corpus, the key of a
+  pretraining config (the study names its own, `CORPUS_KEY`)."""
+
+
+CORPUS_KEY = 'config.data.corpus'
+
+
 def is_tfds(corpus: str) -> bool:
   return corpus.startswith('tfds:')
 
 
 def _text_files(path: str) -> list[str]:
   if os.path.islink(path) and not os.path.exists(path):
-    raise UserError(f'corpus path {path} is a broken symbolic link or a loop of them; set '
-                    'config.data.corpus to demo, a .txt file or directory, or tfds:NAME')
+    raise CorpusError(f'corpus path {path} is a broken symbolic link or a loop of them; set '
+                      f'{CORPUS_KEY} to demo, a .txt file or directory, or tfds:NAME')
   if os.path.isfile(path):
     return [path]
   if os.path.isdir(path):
@@ -45,14 +53,14 @@ def _text_files(path: str) -> list[str]:
         raise UserError(f'corpus file {file} cannot be read: a broken symbolic link or a loop '
                         'of them; remove it or fix its target')
     if not files:
-      raise UserError(f'corpus directory {path} has no .txt files; point config.data.corpus '
-                      'at a .txt file or a directory of them')
+      raise CorpusError(f'corpus directory {path} has no .txt files; point {CORPUS_KEY} '
+                        'at a .txt file or a directory of them')
     if skipped:
       _warn_once(f'corpus directory {path}: reading its {len(files)} .txt file(s), skipping '
                  f'{len(skipped)} other file(s) (e.g. {skipped[0]})')
     return files
-  raise UserError(f'corpus path {path} does not exist; set config.data.corpus to demo, '
-                  'a .txt file or directory, or tfds:NAME')
+  raise CorpusError(f'corpus path {path} does not exist; set {CORPUS_KEY} to demo, '
+                    'a .txt file or directory, or tfds:NAME')
 
 
 # What has been said: a corpus is read by the preflight and again by the pipeline.

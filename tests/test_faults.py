@@ -1,0 +1,202 @@
+"""Faults a new user meets (issue 35): paths that cannot be written, an export over a
+folder, --help, presets and hints, and nothing on stderr but the one error line."""
+
+import ast
+import errno
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from sharedbert import convert_hf
+from sharedbert import validation
+from sharedbert.errors import UserError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FIXTURE = REPO / 'tests' / 'fixtures' / 'hf_bert_tiny'
+ENV = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=str(REPO))
+ENV.pop('TF_CPP_MIN_LOG_LEVEL', None)  # The package's own default must keep stderr clean.
+COMMANDS = ('main', 'study', 'probe', 'params', 'convert_hf', 'convert_shared', 'bench')
+
+
+def command(module, *args):
+  return subprocess.run([sys.executable, '-m', f'sharedbert.{module}', *args], cwd=REPO,
+                        env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def one_line(result, program, message_start):
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f'{program}: error: {message_start}'), \
+      result.stderr[-2000:]
+
+
+@pytest.mark.parametrize('module', COMMANDS)
+def test_help_exits_0(module):
+  result = command(module, '--help')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'flags' in result.stdout.lower() or 'usage' in result.stdout.lower()
+
+
+# ---------------------------------------------------------------------------------------
+# Paths that cannot be written: one line, exit 2, before any work.
+
+def test_an_empty_workdir_is_one_line():
+  one_line(command('main', '--config=configs/shared_base.py:tiny', '--workdir='),
+           'sharedbert', '--workdir is empty')
+
+
+def test_a_workdir_under_a_file_is_one_line(tmp_path):
+  (tmp_path / 'file').write_text('x')
+  one_line(command('probe', f'--workdir={tmp_path}/file/w'), 'sharedbert.probe',
+           f'--workdir {tmp_path}/file/w is under {tmp_path}/file, which is not a directory')
+
+
+def test_an_unwritable_directory_is_refused_before_anything_is_made(tmp_path, monkeypatch):
+  """Root ignores permission bits, so the write is refused as a read-only filesystem
+  refuses it: the check creates and removes a temporary file, and says why it failed."""
+  def read_only(**kwargs):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+  monkeypatch.setattr(validation.tempfile, 'TemporaryFile', read_only)
+  with pytest.raises(UserError, match=f'^--workdir {tmp_path}/a/b cannot be written \\(it '
+                     f'would be created in {tmp_path}\\): Read-only file system; '):
+    validation.workdir(str(tmp_path / 'a' / 'b'))
+  with pytest.raises(UserError, match=f'^--out_json {tmp_path}/r.json cannot be written: its '
+                     f'folder {tmp_path} cannot be written: Read-only file system'):
+    validation.output_file(str(tmp_path / 'r.json'), '--out_json')
+  monkeypatch.undo()
+  assert list(tmp_path.iterdir()) == []
+  validation.workdir(str(tmp_path / 'a'))  # Writable: accepted, and nothing is left.
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_filesystem_as_a_command(tmp_path):
+  disk = tmp_path / 'ro'
+  disk.mkdir()
+  if os.geteuid() != 0 or subprocess.run(
+      ['mount', '-t', 'tmpfs', '-o', 'size=1m,ro', 'tmpfs', str(disk)],
+      capture_output=True).returncode:
+    pytest.skip('cannot mount a tmpfs here (needs root); the test above covers the check')
+  try:
+    one_line(command('main', '--config=configs/shared_base.py:tiny', f'--workdir={disk}/w'),
+             'sharedbert', f'--workdir {disk}/w cannot be written (it would be created in '
+             f'{disk}): Read-only file system')
+    one_line(command('convert_shared', f'--source={tmp_path}', f'--target={disk}/t',
+                     '--attention=shared'), 'sharedbert.convert_shared',
+             f'--target {disk}/t cannot be written')
+  finally:
+    subprocess.run(['umount', str(disk)], capture_output=True)
+
+
+# ---------------------------------------------------------------------------------------
+# export over a folder.
+
+@pytest.fixture(scope='module')
+def imported(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('imported') / 'w'
+  convert_hf.import_hf(str(FIXTURE), str(workdir))
+  return workdir
+
+
+def test_export_refuses_a_non_empty_folder_and_leaves_it_untouched(imported, tmp_path):
+  out = tmp_path / 'hf'
+  out.mkdir()
+  (out / 'config.json').write_text('{"mine": 1}')
+  (out / 'notes.txt').write_text('keep me')
+  result = command('convert_hf', 'export', f'--workdir={imported}', f'--hf_dir={out}')
+  one_line(result, 'sharedbert.convert_hf', f'--hf_dir={out} exists and is not empty; choose '
+           'a new directory, or pass --overwrite')
+  assert sorted(p.name for p in out.iterdir()) == ['config.json', 'notes.txt']
+  assert (out / 'config.json').read_text() == '{"mine": 1}'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['hf']  # No temporary left beside it.
+
+
+def test_export_with_overwrite_replaces_the_folder_whole(imported, tmp_path):
+  out = tmp_path / 'hf'
+  out.mkdir()
+  (out / 'notes.txt').write_text('stale')
+  convert_hf.export_hf(str(imported), str(out), overwrite=True)
+  names = sorted(p.name for p in out.iterdir())
+  assert 'notes.txt' not in names and {'config.json', 'model.safetensors'} <= set(names)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['hf']
+  # An empty folder needs no --overwrite.
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  convert_hf.export_hf(str(imported), str(empty))
+  assert (empty / 'model.safetensors').exists()
+
+
+# ---------------------------------------------------------------------------------------
+# Presets and values: one line, and nothing else on stderr.
+
+def test_an_unknown_probe_preset_is_one_line(tmp_path):
+  one_line(command('probe', '--config=configs/probe.py:nope', f'--workdir={tmp_path}/p'),
+           'sharedbert.probe', "unknown probe preset 'nope'; choose cpu or gpu")
+
+
+def test_a_bad_probe_value_is_one_line(tmp_path):
+  one_line(command('probe', f'--workdir={tmp_path}/p', '--config.seeds=0'),
+           'sharedbert.probe', 'config.seeds=0 is out of range')
+
+
+def test_an_unknown_study_preset_is_one_line(tmp_path):
+  one_line(command('study', '--config=configs/study.py:nope', f'--workdir={tmp_path}/s'),
+           'sharedbert.study', "unknown study preset 'nope'")
+
+
+def test_the_study_names_its_own_corpus_key(tmp_path):
+  data = tmp_path / 'data'
+  (data / 'glue').mkdir(parents=True)
+  result = command('study', f'--config=configs/study.py:cpu,data={data}',
+                   f'--workdir={tmp_path}/s')
+  one_line(result, 'sharedbert.study', f'corpus path {data}/corpus does not exist; set '
+           'corpus= after the preset (e.g. configs/study.py:cpu,corpus=PATH)')
+  assert 'config.data.corpus' not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Every hint that names a config key names one that exists.
+
+def _hint_keys() -> set[str]:
+  """config.a.b paths in the string literals of the package (f-strings' text included)."""
+  keys = set()
+  for path in (REPO / 'sharedbert').rglob('*.py'):
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+      if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        for match in re.finditer(r'(?<![\w.])config\.([a-z_]+(?:\.[a-z_]+)*)', node.value):
+          keys.add(match.group(1).rstrip('.'))
+  # File names (config.json, config.py) and the docstrings' placeholder (config.a.b).
+  return {k for k in keys if k.split('.')[0] not in ('json', 'py') and k != 'a.b'}
+
+
+def _configs():
+  from sharedbert import config as sb_config
+  from sharedbert import params as params_lib
+  out = [sb_config.pretrain_config('shared', 'tiny')]
+  for name in ('glue', 'study', 'probe'):
+    out.append(params_lib.load_config_file(str(REPO / 'configs' / f'{name}.py'), None))
+  return out
+
+
+def _accepted(key: str, configs) -> bool:
+  for config in configs:
+    node = config
+    for part in key.split('.'):
+      if hasattr(node, 'keys') and part in node.keys():
+        node = node[part]
+      else:
+        break
+    else:
+      return True
+  return False
+
+
+def test_every_hint_names_a_key_that_exists():
+  keys = _hint_keys()
+  assert 'data.corpus' in keys and len(keys) > 10  # The scan finds the hints.
+  configs = _configs()
+  missing = sorted(k for k in keys if not _accepted(k, configs))
+  assert not missing, missing
