@@ -89,14 +89,16 @@ def flag_error_message(error: Exception, argv: list[str], module: str) -> str | 
 
 
 class QuietLibraries(logging_std.Filter):
-  """Drops the INFO chatter of orbax, JAX and friends ('Unable to initialize backend
-  tpu', ...) so that a command's log and its one-line errors stand out; their warnings and
-  errors still show, except orbax's reports of a failed write, which sharedbert says in
-  one line itself (checkpoint.WriteFailed; --verbose shows them)."""
+  """Drops the INFO chatter of JAX and friends ('Unable to initialize backend tpu', ...)
+  so that a command's log and its one-line errors stand out; their warnings and errors
+  still show. Orbax's own lines are dropped at every level unless --verbose: its warnings
+  are about the read-only readers sharedbert opens on purpose ('Given directory is read
+  only'), and its errors report failed writes, which sharedbert says in one line itself
+  (checkpoint.WriteFailed) as it does damaged checkpoints (checkpoint.Checkpointer.restore)."""
   NOISY = ('/orbax/', '/tensorstore/', '/etils/', '/jax/_src/')
 
   def filter(self, record):
-    if '/orbax/' in record.pathname and record.levelno >= logging_std.ERROR:
+    if '/orbax/' in record.pathname:
       return 'verbose' in FLAGS and bool(FLAGS.verbose)
     return record.levelno >= logging_std.WARNING or not any(
         n in record.pathname for n in self.NOISY)
