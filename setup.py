@@ -38,5 +38,5 @@ setup(
         'bench': ['torch>=2.4', 'transformers>=4.40', 'safetensors>=0.4,<1'],
         'hf': ['safetensors>=0.4,<1'],
     },
-    entry_points={'console_scripts': ['sharedbert=sharedbert.main:entry']},
+    entry_points={'console_scripts': ['sharedbert=sharedbert.cli:command']},
 )

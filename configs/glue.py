@@ -8,7 +8,7 @@ every task found in data.glue_dir, or prepared in tfds) and `seeds` (fine-tuning
 per task, with seeds seed, seed+1, ...). A bare word is the task: `configs/glue.py:cola`;
 a list continues after `task=`: `configs/glue.py:task=cola,sst2,seeds=3`.
 
-The recipe is the GLUE fine-tuning of Courtois et al. (arXiv 2406.06366; ../DESIGN.md):
+The recipe is the GLUE fine-tuning of Courtois et al. (arXiv 2406.06366; docs/design.md):
 sequence length 128, 5 epochs, AdamW lr 1e-5, 10% linear warmup then linear decay,
 batch 16, 5 seeds, scored on the dev sets at the end of the last epoch. Weight decay
 0.01, eps 1e-6 and global-norm clipping at 1.0 are BERT's (Devlin et al. 2018). Every

@@ -17,7 +17,8 @@ the report shows what pretraining buys. The report's verdict calls each variant 
 worse, equivalent within +-`equivalence_margin` points (a two one-sided test) or
 undecided against `standard`.
 
-Presets (the word after the colon; `data=DIR` points at a folder with corpus/ and glue/):
+Presets (the word after the colon; `data=DIR` points at a folder with corpus/ (text files)
+and glue/ (glue_data task folders); cpu needs it, gpu needs it or corpus=...):
   cpu  the `tiny` model (L=2, D=128, vocabulary 2048) under the budget recipe
        (pretrain.arg 'size=tiny,recipe=budget': rows of 32 tokens) on a local corpus and
        glue_data, 2,500 pretraining steps of batch 64, at most 2,000 training examples per task
@@ -46,7 +47,8 @@ CROSSDOMAIN_ALL = ('sst2->imdb', 'mrpc->qqp', 'qqp->mrpc', 'mnli->rte', 'mrpc->s
 
 
 def get_config(arg=None):
-  args = sb_config.parse_arg(arg, {'preset': 'cpu', 'data': '../shared/data', 'corpus': ''})
+  # data=DIR: the folder with corpus/ and glue/ (no default: the study says what is missing).
+  args = sb_config.parse_arg(arg, {'preset': 'cpu', 'data': '', 'corpus': ''})
   preset = args['preset']
   if preset not in ('cpu', 'gpu', 'pod'):
     raise UserError(f'unknown study preset {preset!r}; choose cpu, gpu or pod')
@@ -117,6 +119,7 @@ def get_config(arg=None):
   config.squad.max_eval_examples = 0
 
   data = args['data'].rstrip('/')
+  config.data_dir = data
   if preset == 'cpu':
     p = config.pretrain.override
     g = config.glue.override
@@ -150,12 +153,12 @@ def get_config(arg=None):
     config.robustness.noise_seeds = 2  # Each noisy pass over a dev set costs; 2 seeds per level.
     config.crossdomain.max_target_examples = 2000  # QQP's or MNLI's dev set, if present.
     # ---- End of sizing. ----
-    p.data.corpus = args['corpus'] or f'{data}/corpus'
+    p.data.corpus = args['corpus'] or (f'{data}/corpus' if data else '')
     p.data.vocab_train_sentences = 50_000
     p.log_every_steps = 100
     p.eval_batches = 10
     p.ckpt.max_to_keep = 1
-    g.data.glue_dir = f'{data}/glue'
+    g.data.glue_dir = f'{data}/glue' if data else ''
     g.data.seq_len = 64
     g.batch_size = 32
     g.optim.lr = 1e-3
@@ -168,7 +171,7 @@ def get_config(arg=None):
     config.pretrain.arg = 'size=small,recipe=bert'
     p = config.pretrain.override
     p.data = ml_collections.ConfigDict()
-    p.data.corpus = args['corpus'] or f'{data}/corpus'
+    p.data.corpus = args['corpus'] or (f'{data}/corpus' if data else '')
     p.total_steps = 20_000
     p.model = ml_collections.ConfigDict()
     p.model.dtype = 'bfloat16'

@@ -60,7 +60,8 @@ forward() {
 trap 'forward INT' INT
 trap 'forward TERM' TERM
 
-tail -n +1 -f "$log_dir/process_0.log" &
+# --pid: tail ends by itself once process 0 has exited and its last lines are printed.
+tail -n +1 -f --pid="${pids[0]}" "$log_dir/process_0.log" &
 tail_pid=$!
 
 # Wait for all; the first failure stops the rest (they would wait for it forever).
@@ -85,7 +86,12 @@ while ((running > 0)); do
   done
   ((running > 0)) && sleep 1
 done
-sleep 0.2  # Let tail print process 0's last lines.
+# Let tail print process 0's last lines (it polls about once a second; at most 10 s, also
+# on a loaded machine, where a fixed short sleep lost the whole log).
+for _ in $(seq 50); do
+  kill -0 "$tail_pid" 2>/dev/null || break
+  sleep 0.2
+done
 kill "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true
 

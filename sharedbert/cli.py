@@ -129,3 +129,54 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
       print(f'{program}: error: {message}', file=sys.stderr)
       sys.exit(USER_ERROR_EXIT_CODE)
   return parse
+
+
+# ---------------------------------------------------------------------------------------
+# `sharedbert <subcommand>`: the console script (setup.py), one name for every entry point.
+
+SUBCOMMANDS = {
+    'run': ('sharedbert.main', 'pretrain or fine-tune: --config=CONFIG[:ARG] --workdir=DIR '
+                               '(what `python -m sharedbert.main` does)'),
+    'study': ('sharedbert.study', 'the controlled study: every variant pretrained, then GLUE'),
+    'probe': ('sharedbert.probe', 'attention probes: synthetic tasks per variant'),
+    'params': ('sharedbert.params', 'the parameter report of one or all variants'),
+    'bench': ('sharedbert.bench', 'benchmarks: step time, MFU, memory, input pipeline'),
+    'convert_hf': ('sharedbert.convert_hf', 'Hugging Face checkpoints: import | export'),
+    'convert_shared': ('sharedbert.convert_shared',
+                       'a standard checkpoint to shared, kv_shared or masa attention'),
+    'recipe_ablation': ('sharedbert.recipe_ablation', 'the budget recipe, one change left out '
+                                                      'at a time'),
+}
+
+
+def usage() -> str:
+  width = max(len(name) for name in SUBCOMMANDS)
+  lines = ['usage: sharedbert SUBCOMMAND [flags]     (sharedbert SUBCOMMAND --help: its flags)',
+           '       sharedbert --config=CONFIG[:ARG] --workdir=DIR   (the same as `sharedbert run`)',
+           '', 'subcommands:']
+  lines += [f'  {name.ljust(width)}  {text}' for name, (_, text) in SUBCOMMANDS.items()]
+  return '\n'.join(lines)
+
+
+def command(argv: list[str] | None = None) -> None:
+  """The `sharedbert` console script: runs the subcommand's module as `python -m` would."""
+  import runpy
+  argv = list(sys.argv if argv is None else argv)
+  first = argv[1] if len(argv) > 1 else ''
+  if first in ('', '-h', '--help', '-help', 'help'):
+    print(usage())
+    sys.exit(0 if first else USER_ERROR_EXIT_CODE)
+  if first.startswith('-'):
+    name = 'run'  # Flags only: the main command, as before subcommands existed.
+  elif first in SUBCOMMANDS:
+    name = first
+    argv = argv[:1] + argv[2:]
+  else:
+    close = difflib.get_close_matches(first, list(SUBCOMMANDS), n=1)
+    hint = f'did you mean {close[0]}? ' if close else ''
+    print(f'sharedbert: error: unknown subcommand {first!r}; {hint}sharedbert --help lists '
+          'them', file=sys.stderr)
+    sys.exit(USER_ERROR_EXIT_CODE)
+  module = SUBCOMMANDS[name][0]
+  sys.argv = [f'sharedbert {name}'] + argv[1:]
+  runpy.run_module(module, run_name='__main__', alter_sys=True)

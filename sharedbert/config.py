@@ -5,7 +5,7 @@ variant shares one recipe and differs only where it says so. `arg` is the text a
 colon in `--config=configs/shared_base.py:tiny` and takes presets and `key=value` pairs,
 comma-separated (`size=tiny`, `tiny`, `size=small,corpus=demo`).
 
-The default is the BERT-base pretraining recipe of ../DESIGN.md (Courtois et al. 2024,
+The default is the BERT-base pretraining recipe of docs/design.md (Courtois et al. 2024,
 arXiv 2406.06366, at sequence length 128): AdamW lr 1e-4, 10k warmup then linear decay,
 weight decay 0.01, betas (0.9, 0.999), eps 1e-12, dropout 0.1, 15% masking, batch 256.
 """
@@ -26,7 +26,7 @@ SIZES = {
     'tiny': dict(num_layers=2, hidden_size=128, num_heads=2, mlp_dim=512, vocab_size=2048),
 }
 # About 30 minutes of a 2-core CPU: tiny's model, trained longer. Per second of such a
-# machine it learns faster than `small` (on ../shared/data/corpus: small 0.275 held-out
+# machine it learns faster than `small` (on DATA/corpus: small 0.275 held-out
 # after 35 min; tiny 0.298 after 2,500 steps of about 0.2 s, under 10 min).
 SIZES['cpu30'] = SIZES['tiny']
 
@@ -239,7 +239,7 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
 
   if size == 'small':
     # One GPU, or a long CPU run: 2,200 steps took 35 min on 2 idle CPU cores (0.95 s a
-    # step; held-out 0.275 on ../shared/data/corpus). For 30 CPU minutes `cpu30` learns more.
+    # step; held-out 0.275 on DATA/corpus). For 30 CPU minutes `cpu30` learns more.
     config.data.corpus = args['corpus'] or 'demo'
     config.data.batch_size = 64
     config.optim.lr = 5e-4
@@ -250,7 +250,7 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
     config.ckpt.every_steps = 400
   elif size == 'cpu30':
     # The 30-minute preset: tiny's model and settings for 8,000 steps of 64 x 32 (about
-    # 0.2 s a step on 2 idle cores with ../shared/data/corpus, whose input pipeline costs
+    # 0.2 s a step on 2 idle cores with DATA/corpus, whose input pipeline costs
     # more than the demo's); meant for a corpus of a few MB or more.
     config.data.corpus = args['corpus'] or 'demo'
     config.data.batch_size = 64

@@ -1,6 +1,6 @@
 """FLOPs of the matrix products a pretraining step actually runs (for throughput and MFU).
 
-The accounting of ../DESIGN.md ("Throughput accounting", as MaxText counts it):
+The accounting of docs/design.md ("Throughput accounting", as MaxText counts it):
   - a matrix product [m, k] x [k, n] costs 2*m*n*k in the forward pass, and the backward pass
     costs twice the forward (one product for the input's gradient, one for the weight's);
   - attention scores (Q K^T) and context (P V) are counted in full: BERT's attention is

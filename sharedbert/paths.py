@@ -5,7 +5,7 @@
   * an absolute path inside the repository: relative to the repository root (`docs/x`);
   * an absolute path inside the workdir: `W/<path in the workdir>`;
   * any other absolute path: relative to whichever of the two is nearer (fewer `..`
-    steps; the repository on a tie): `../shared/data/corpus`, or `W/../data/corpus`.
+    steps; the repository on a tie): `../data/corpus`, or `W/../data/corpus`.
 
 Names that are not file paths (`demo`, `tfds:wikipedia/...`, `gs://...`) are relative or
 contain '://', and pass through unchanged.

@@ -2,7 +2,7 @@ r"""The budget recipe's ablation: held-out MLM accuracy at the same wall time, p
 
     python -m sharedbert.recipe_ablation --workdir=/tmp/recipe_ablation --out=docs/recipe
     python -m sharedbert.recipe_ablation --workdir=W --seconds=240 --preset=tiny \
-        --corpus=../shared/data/corpus --variant=standard
+        --corpus=DATA/corpus --variant=standard
 
 Arms: BERT's recipe, the budget recipe, and the budget recipe without each of its groups
 (`sharedbert.config.BUDGET_RECIPE`), all at the preset's size. Every arm gets the same

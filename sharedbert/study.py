@@ -325,9 +325,13 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
   from sharedbert import train as train_lib
   from sharedbert import config_checks
   from sharedbert import validation
+  from sharedbert.data import sources
+  if not pretrain_config(config, variants[0]).data.corpus:
+    raise UserError(f'the {config.preset} study has no data: give it the folder holding '
+                    f'corpus/ and glue/, --config=configs/study.py:{config.preset},data=DIR '
+                    '(or corpus=PATH for the pretraining text alone)')
   config_checks.study(config)
   validation.workdir(workdir)
-  from sharedbert.data import sources
   try:
     train_lib.preflight(pretrain_config(config, variants[0]))
   except sources.CorpusError as e:  # The study takes its corpus after the preset's colon.

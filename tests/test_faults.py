@@ -200,3 +200,36 @@ def test_every_hint_names_a_key_that_exists():
   configs = _configs()
   missing = sorted(k for k in keys if not _accepted(k, configs))
   assert not missing, missing
+
+
+# ---------------------------------------------------------------------------------------
+# The `sharedbert` console script and the study's data folder.
+
+def sharedbert_cli(*args):
+  return subprocess.run([sys.executable, '-c', 'from sharedbert.cli import command; command()',
+                         *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_sharedbert_help_lists_every_subcommand():
+  from sharedbert import cli
+  result = sharedbert_cli('--help')
+  assert result.returncode == 0, result.stderr
+  for name in cli.SUBCOMMANDS:
+    assert f'\n  {name} ' in result.stdout, name
+  one_line(sharedbert_cli('parms'), 'sharedbert', "unknown subcommand 'parms'; did you mean "
+           'params?')
+
+
+def test_a_subcommand_runs_its_module():
+  result = sharedbert_cli('params', '--config=configs/single_base.py:tiny')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "attention counts agree with the variant's closed form" in result.stdout
+  # Flags alone are the main command, as before subcommands existed.
+  one_line(sharedbert_cli('--config=configs/shared_base.py:tiny', '--workdir='), 'sharedbert',
+           '--workdir is empty')
+
+
+def test_the_study_without_its_data_folder_is_one_line(tmp_path):
+  one_line(command('study', '--config=configs/study.py:cpu', f'--workdir={tmp_path}/s'),
+           'sharedbert.study', 'the cpu study has no data: give it the folder holding corpus/ '
+           'and glue/, --config=configs/study.py:cpu,data=DIR')

@@ -303,10 +303,10 @@ def test_paths_are_never_absolute(tmp_path):
   from sharedbert import paths
   root, work = '/r/repo', '/w/study'
   assert paths.display('/r/repo/docs/x', workdir=work, root=root) == 'docs/x'
-  assert paths.display('/r/shared/data', workdir=work, root=root) == '../shared/data'
+  assert paths.display('/r/data', workdir=work, root=root) == '../data'
   assert paths.display('/w/study/data', workdir=work, root=root) == 'W/data'
   assert paths.display('/w/data/corpus', workdir=work, root=root) == 'W/../data/corpus'
-  for given in ('../shared/data', 'demo', 'tfds:wikipedia/20230601.en', 'gs://b/x', ''):
+  for given in ('../data', 'demo', 'tfds:wikipedia/20230601.en', 'gs://b/x', ''):
     assert paths.display(given, workdir=work, root=root) == given
   venv = os.path.join(os.path.dirname(paths.REPO_ROOT), 'hfvenv', 'bin', 'python')
   assert paths.display_command(['--hf_python=' + venv, '--out_json',

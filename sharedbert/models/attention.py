@@ -6,7 +6,7 @@ x: [B, T, D] and mask: [B, 1, 1, T] (True where a key may be attended to), and r
 transform of the queries) are computed; the scaled dot-product, softmax and the output
 projection W_o are shared by all of them (`AttentionCore`, `output_projection`).
 
-Variants (../shared/DESIGN.md defines each exactly):
+Variants (docs/design.md defines each exactly):
   standard  Q = xW_q+b_q, K = xW_k+b_k, V = xW_v+b_v (BERT).
   shared    S = xW_s+b_s; Q, K, V = S*d_q, S*d_k, S*d_v (Kowsher et al., arXiv 2412.00359).
             One matrix product instead of three. The score matrix S diag(d_q*d_k) S^T is
@@ -179,6 +179,8 @@ class AttentionBase(nn.Module):
   that a new variant is one class and one config file (README, "Adding a variant"):
     param_formula   closed-form parameter counts, checked by sharedbert.params against the tree
     qkv_flops       its input projections' FLOPs (sharedbert.flops)
+    dense_projections  instead of the two above, for a variant whose Q, K, V come from that
+                    many D x D projections with biases and nothing else
     extra_flops     FLOPs that do not scale with the batch (masa's kernels)
     config_keys     its own model settings that change the parameter tree (a resumed run
                     must match them); `resolved_settings` gives their effective values
@@ -201,6 +203,9 @@ class AttentionBase(nn.Module):
   scannable: bool = True
   # True: `qkv` returns queries already multiplied by 1/sqrt(H).
   query_scaled: ClassVar[bool] = False
+  # A variant whose Q, K, V come from this many D x D projections with biases (and nothing
+  # else) gets its closed form and FLOP count from it; None: it defines its own.
+  dense_projections: ClassVar[int | None] = None
 
   @classmethod
   def check_config(cls, config) -> None:
@@ -209,8 +214,11 @@ class AttentionBase(nn.Module):
   @classmethod
   def param_formula(cls, config) -> tuple[int, int] | None:
     """(attention QKV, attention output) parameters of the whole stack, in closed form
-    (../shared/DESIGN.md's table); None: no closed form, the report only counts the tree."""
-    return None
+    (docs/design.md's table); None: no closed form, the report only counts the tree."""
+    if cls.dense_projections is None:
+      return None
+    return (config.num_layers * cls.dense_projections * _dense(config),
+            config.num_layers * _dense(config))
 
   @classmethod
   def qkv_flops(cls, config) -> tuple[list[int], int]:
@@ -219,6 +227,8 @@ class AttentionBase(nn.Module):
     Each width w means one [tokens, D] x [D, w] product; the extra term holds per-token
     products that are not projections of x (pairwise's Q_h P_h).
     """
+    if cls.dense_projections is not None:
+      return [config.hidden_size] * cls.dense_projections, 0
     raise UserError(f'sharedbert.flops has no FLOP count for the attention variant '
                     f'{config.attention!r}; define qkv_flops on its class')
 
@@ -287,14 +297,7 @@ def _dense(config) -> int:
 @register('standard')
 class StandardAttention(AttentionBase):
   """BERT: three independent projections."""
-
-  @classmethod
-  def param_formula(cls, config):
-    return config.num_layers * 3 * _dense(config), config.num_layers * _dense(config)
-
-  @classmethod
-  def qkv_flops(cls, config):
-    return [config.hidden_size] * 3, 0
+  dense_projections = 3
 
   def qkv(self, x, **kwargs):
     return self.projection('query')(x), self.projection('key')(x), self.projection('value')(x)
@@ -348,14 +351,7 @@ class SharedAttention(AttentionBase):
 @register('symmetric')
 class SymmetricAttention(AttentionBase):
   """K = Q: one projection for queries and keys, so every head's score matrix is symmetric."""
-
-  @classmethod
-  def param_formula(cls, config):
-    return config.num_layers * 2 * _dense(config), config.num_layers * _dense(config)
-
-  @classmethod
-  def qkv_flops(cls, config):
-    return [config.hidden_size] * 2, 0
+  dense_projections = 2
 
   def qkv(self, x, **kwargs):
     q = self.projection('query')(x)
@@ -394,14 +390,7 @@ class PairwiseAttention(AttentionBase):
 class KVSharedAttention(AttentionBase):
   """Keys and values from one projection ('key_value'); queries their own. The score
   matrix x W_q W_kv^T x^T is not symmetric, unlike `symmetric`'s and `shared`'s."""
-
-  @classmethod
-  def param_formula(cls, config):
-    return config.num_layers * 2 * _dense(config), config.num_layers * _dense(config)
-
-  @classmethod
-  def qkv_flops(cls, config):
-    return [config.hidden_size] * 2, 0
+  dense_projections = 2
 
   @classmethod
   def from_standard(cls, layers, config):
@@ -425,14 +414,7 @@ class KVSharedAttention(AttentionBase):
 class SingleAttention(AttentionBase):
   """Q = K = V = xW + b: one projection and nothing else; `shared` with its diagonals at 1.
   Every head's score matrix is symmetric and positive semi-definite."""
-
-  @classmethod
-  def param_formula(cls, config):
-    return config.num_layers * _dense(config), config.num_layers * _dense(config)
-
-  @classmethod
-  def qkv_flops(cls, config):
-    return [config.hidden_size], 0
+  dense_projections = 1
 
   def qkv(self, x, **kwargs):
     s = self.projection('shared')(x)  # The name `shared` uses: a `shared` tree minus 'diag'.
@@ -442,14 +424,7 @@ class SingleAttention(AttentionBase):
 @register('q_identity')
 class QueryIdentityAttention(AttentionBase):
   """Q = x, split into heads as K and V are; no query parameters (W_q = I, b_q = 0)."""
-
-  @classmethod
-  def param_formula(cls, config):
-    return config.num_layers * 2 * _dense(config), config.num_layers * _dense(config)
-
-  @classmethod
-  def qkv_flops(cls, config):
-    return [config.hidden_size] * 2, 0
+  dense_projections = 2
 
   def qkv(self, x, **kwargs):
     c = self.config
