@@ -27,7 +27,7 @@ setup(
         'numpy>=1.26,<3',
         'scipy>=1.11,<2',
         'matplotlib>=3.8,<4',
-        'safetensors>=0.4,<1',  # Hugging Face checkpoints (sharedbert.convert_hf); numpy API only.
+        'safetensors>=0.4,<1',  # Hugging Face checkpoints (sharedbert.convert.hf); numpy API only.
     ],
     extras_require={
         'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', 'scikit-learn>=1.4,<2',

@@ -1,4 +1,4 @@
-r"""GLUE fine-tuning and evaluation of a pretrained encoder (sharedbert/finetune.py).
+r"""GLUE fine-tuning and evaluation of a pretrained encoder (sharedbert/tasks/finetune.py).
 
   python -m sharedbert.main --config=configs/glue.py:task=cola \
       --config.init_from=PRETRAIN_WORKDIR --config.data.glue_dir=/path/to/glue_data --workdir=W

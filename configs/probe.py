@@ -1,8 +1,8 @@
-r"""Attention probes: synthetic tasks trained from scratch per variant (sharedbert/probe.py).
+r"""Attention probes: synthetic tasks trained from scratch per variant (sharedbert/experiments/probe.py).
 
-  python -m sharedbert.probe --workdir=W                              # the cpu preset
-  python -m sharedbert.probe --config=configs/probe.py:gpu --workdir=W
-  python -m sharedbert.probe --workdir=W --config.seeds=5 --config.mqar.num_pairs=8
+  python -m sharedbert.experiments.probe --workdir=W                              # the cpu preset
+  python -m sharedbert.experiments.probe --config=configs/probe.py:gpu --workdir=W
+  python -m sharedbert.experiments.probe --workdir=W --config.seeds=5 --config.mqar.num_pairs=8
 
 Every variant in `variants` is trained from scratch on every task in `tasks` with seeds
 0..seeds-1, under one budget (the same steps, batch, learning rate and data: seed s sees

@@ -1,4 +1,4 @@
-r"""Pretraining with `standard` attention; see sharedbert/config.py for the recipe.
+r"""Pretraining with `standard` attention; see sharedbert/config/__init__.py for the recipe.
 
 Presets: `:tiny` (2-core CPU, minutes, embedded demo corpus), `:cpu30` (2-core CPU, 30 min),
 `:small` (one GPU), default BERT-base.

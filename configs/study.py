@@ -1,7 +1,7 @@
-r"""The controlled comparison of attention variants (sharedbert/study.py).
+r"""The controlled comparison of attention variants (sharedbert/experiments/study.py).
 
-  python -m sharedbert.study --config=configs/study.py:cpu --workdir=W
-  python -m sharedbert.study --config=configs/study.py:gpu --workdir=W --config.seeds=5
+  python -m sharedbert.experiments.study --config=configs/study.py:cpu --workdir=W
+  python -m sharedbert.experiments.study --config=configs/study.py:gpu --workdir=W --config.seeds=5
 
 Every variant in `variants` is pretrained under one recipe (the same vocabulary, data
 order, steps and seed: `pretrain`), then fine-tuned on `glue.tasks` ('auto', or names
@@ -70,7 +70,7 @@ def get_config(arg=None):
   # Pretraining: configs/<variant>_base.py:<arg>, then these overrides (any key of the
   # pretraining config; the same for every variant). One vocabulary, learned once.
   config.pretrain = ml_collections.ConfigDict()
-  # 'size=...,recipe=bert|budget' (sharedbert/config.py); each preset sets its own.
+  # 'size=...,recipe=bert|budget' (sharedbert/config/__init__.py); each preset sets its own.
   config.pretrain.arg = 'size=tiny,recipe=budget'
   config.pretrain.override = ml_collections.ConfigDict()
   config.pretrain.override.seed = 0
@@ -93,14 +93,14 @@ def get_config(arg=None):
   config.robustness.eval_batch_size = 128
 
   # Cross-domain: a model fine-tuned on the source task, scored on the target's dev set
-  # with the label mapping of sharedbert.crossdomain.TRANSFERS.
+  # with the label mapping of sharedbert.evaluators.crossdomain.TRANSFERS.
   config.crossdomain = ml_collections.ConfigDict()
   config.crossdomain.pairs = ('mrpc->stsb', 'stsb->mrpc')
   config.crossdomain.stsb_threshold = 4.0  # STS-B score >= this counts as a paraphrase.
   config.crossdomain.tfds_data_dir = ''
   config.crossdomain.max_target_examples = 0  # >0: a fixed random subset of the target set.
 
-  # SQuAD (sharedbert.squad): versions among '1.1', '2.0'; empty skips it.
+  # SQuAD (sharedbert.tasks.squad): versions among '1.1', '2.0'; empty skips it.
   config.squad = ml_collections.ConfigDict()
   config.squad.versions = ()
   config.squad.data_dir = ''          # Official JSON files (train-v1.1.json, dev-v1.1.json...);
@@ -129,7 +129,7 @@ def get_config(arg=None):
     g.optim = ml_collections.ConfigDict()
     g.eval = ml_collections.ConfigDict()
     # ---- Sizing: every key that sets what the cpu study costs, in this one block. ----
-    # The budget recipe (sharedbert/config.py, docs/recipe/recipe.md): pre-LN, no dropout,
+    # The budget recipe (sharedbert/config/__init__.py, docs/recipe/recipe.md): pre-LN, no dropout,
     # peak lr 2e-3, Adam b2 0.98, 40% masking (every masked token scored: max_predictions
     # is ceil(0.4 * seq_len)), init 0.7/sqrt(D) for the width set here.
     # The `tiny` model (L=2, D=128, 2 heads, FFN 512, vocabulary 2048) on rows of 32 tokens,

@@ -1,6 +1,6 @@
 r"""Pretraining with `symmetric` attention (K = Q; Courtois et al., arXiv 2406.06366).
 
-The recipe is sharedbert/config.py's. Presets: `:tiny` (2-core CPU, minutes, embedded demo
+The recipe is sharedbert/config/__init__.py's. Presets: `:tiny` (2-core CPU, minutes, embedded demo
 corpus), `:small`, default BERT-base.
   python -m sharedbert.main --config=configs/symmetric_base.py:tiny --workdir=/tmp/symmetric_tiny
 """

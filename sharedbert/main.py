@@ -6,7 +6,7 @@ r"""The entry point: `python -m sharedbert.main --config=CONFIG[:ARG] --workdir=
              running the same command again resumes from the latest checkpoint.
   --verbose  show the full traceback of a user error.
 
-Dispatches on config.mode: 'pretrain' (sharedbert.train), 'finetune' (sharedbert.finetune,
+Dispatches on config.mode: 'pretrain' (sharedbert.train), 'finetune' (sharedbert.tasks.finetune,
 configs/glue.py). Exit codes:
   0    done.
   2    a user error: a bad flag, config value, path or workdir, said in one line on stderr
@@ -126,10 +126,10 @@ def run(config, workdir: str) -> dict:
     from sharedbert import train
     return train.train_and_evaluate(config, workdir)
   if mode == 'finetune':
-    from sharedbert import finetune
+    from sharedbert.tasks import finetune
     return finetune.finetune_and_evaluate(config, workdir)
   if mode == 'study':
-    from sharedbert import study
+    from sharedbert.experiments import study
     return {'report': study.run_study(config, workdir)}
   raise UserError(f'unknown config.mode {mode!r}')
 

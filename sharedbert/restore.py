@@ -33,7 +33,7 @@ import ml_collections
 import numpy as np
 
 from sharedbert import checkpoint as checkpoint_lib
-from sharedbert import paths
+from sharedbert.utils import paths
 from sharedbert import sharding
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
@@ -105,7 +105,7 @@ def restore(workdir: str, step: int | None = None, *,
       `jax.devices('cpu')[:1]` for one CPU.
   """
   workdir = os.fspath(workdir)
-  from sharedbert import classifiers
+  from sharedbert.tasks import classifiers
   if classifiers.is_classifier_dir(workdir):
     return restore_classifier(workdir, step, mesh=mesh, devices=devices)
   config = read_config(workdir)
@@ -314,7 +314,7 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
   `step` is the epoch; default: the best kept one if the run selected the best epoch,
   else the last.
   """
-  from sharedbert import classifiers
+  from sharedbert.tasks import classifiers
   from sharedbert.models.bert import BertForSequenceClassification
   with paths.gfile().GFile(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE)) as f:
     head = json.load(f)

@@ -21,18 +21,18 @@ import numpy as np
 import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
-from sharedbert import jsonio
+from sharedbert.utils import jsonio
 from sharedbert import optim as optim_lib
 from sharedbert import sharding
-from sharedbert import config_checks
-from sharedbert import validation
-from sharedbert import workdir as workdir_lib
-from sharedbert import workdir_lock
+from sharedbert.config import checks as config_checks
+from sharedbert.config import validation
+from sharedbert.utils import workdir as workdir_lib
+from sharedbert.utils import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
 from sharedbert.errors import UserError
-from sharedbert.metric_writer import MetricWriter
+from sharedbert.utils.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from sharedbert.pretrain_step import (all_finite, create_train_state, jit_steps, restore_state,
@@ -43,7 +43,7 @@ NO_DECAY_NAMES = optim_lib.NO_DECAY_NAMES
 learning_rate_schedule = optim_lib.learning_rate_schedule
 decay_mask = optim_lib.decay_mask
 make_optimizer = optim_lib.make_optimizer
-# The workdir's config and the hosts' meeting points (sharedbert/workdir.py).
+# The workdir's config and the hosts' meeting points (sharedbert/utils/workdir.py).
 write_config = workdir_lib.write_config
 _sync = workdir_lib.sync
 
@@ -60,7 +60,7 @@ class Diverged(UserError):
 
 
 def validate(config):
-  """The range of every key and how they fit together (sharedbert/validation.py)."""
+  """The range of every key and how they fit together (sharedbert/config/validation.py)."""
   config_checks.pretrain(config)
 
 

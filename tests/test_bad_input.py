@@ -20,10 +20,10 @@ import pytest
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import config as sb_config
-from sharedbert import metric_writer
+from sharedbert.utils import metric_writer
 from sharedbert import pretrain_step
 from sharedbert import train
-from sharedbert import workdir_lock
+from sharedbert.utils import workdir_lock
 from sharedbert.data import glue
 from sharedbert.errors import UserError
 
@@ -179,7 +179,7 @@ def test_bad_config_or_data_writes_nothing(tmp_path, corpus, overrides, message)
   assert not workdir.exists()
 
 
-# Values outside their range (sharedbert/validation.py): the message names the key and
+# Values outside their range (sharedbert/config/validation.py): the message names the key and
 # the range, and nothing is written. Issue #17's cases first.
 OUT_OF_RANGE = [
     ({'ckpt.max_to_keep': 0},
@@ -249,9 +249,9 @@ def test_workdir_that_is_a_file(tmp_path, corpus):
 
 
 def test_every_preset_is_in_range():
-  from sharedbert import config_checks
-  from sharedbert import params as params_lib
-  from sharedbert import validation
+  from sharedbert.config import checks as config_checks
+  from sharedbert.models import params as params_lib
+  from sharedbert.config import validation
   from sharedbert.data import tokenizer
   assert validation.NUM_SPECIAL_TOKENS == tokenizer.NUM_SPECIAL
   for path in sorted(REPO.glob('configs/*_base.py')):
@@ -260,8 +260,9 @@ def test_every_preset_is_in_range():
   glue_config = params_lib.load_config_file(str(REPO / 'configs/glue.py'), 'cola')
   glue_config.init_from = 'somewhere'
   config_checks.glue(glue_config)
-  for preset in ('cpu', 'gpu', 'pod'):
-    config_checks.study(params_lib.load_config_file(str(REPO / 'configs/study.py'), preset))
+  for preset in ('cpu', 'gpu', 'pod'):  # A data folder as a user gives it (data=DIR).
+    config_checks.study(params_lib.load_config_file(str(REPO / 'configs/study.py'),
+                                                    f'{preset},data=/some/data'))
 
 
 @pytest.mark.parametrize('flag, message', [

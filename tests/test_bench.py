@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from sharedbert import bench
-from sharedbert import bench_report
-from sharedbert import flops
+from sharedbert.bench import run as bench
+from sharedbert.bench import report as bench_report
+from sharedbert.models import flops
 from sharedbert.models.bert import ModelConfig
 
 
@@ -170,7 +170,7 @@ def test_accelerator_tools_run_without_tensorflow():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   code = ("import sys, runpy\n"
           "sys.modules['tensorflow'] = sys.modules['tensorflow_datasets'] = None\n"
-          "import sharedbert.bench\n"
+          "import sharedbert.bench.run\n"
           "sys.path.insert(0, 'tools'); import profile_step\n"
           "sys.argv = ['gpu_parity', '--variants=shared']\n"
           "runpy.run_path('tools/gpu_parity.py', run_name='__main__')\n")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sharedbert import config as sb_config
-from sharedbert import convert_hf
-from sharedbert import convert_shared
+from sharedbert.convert import hf as convert_hf
+from sharedbert.convert import shared as convert_shared
 from sharedbert.errors import UserError
 from sharedbert.models import fit
 from sharedbert.models.bert import BertForPretraining, ModelConfig

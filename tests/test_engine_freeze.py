@@ -45,7 +45,7 @@ def run_glue(root, init_from) -> dict:
   """The tiny GLUE run of test_finetune (SST-2 with a cue word, 2 seeds, 2 epochs) from
   the toy study's `standard` pretraining (one pretraining run less to compile)."""
   import test_finetune as tf_
-  from sharedbert import finetune
+  from sharedbert.tasks import finetune
   sst2 = tf_.sst2_dir.__wrapped__(root)
   c = tf_.tiny_finetune_config('task=sst2,seeds=2', init_from, glue_dir=str(sst2), seq_len=32)
   c.num_epochs = 2
@@ -57,8 +57,8 @@ def run_study(root) -> dict:
   cross-domain to STS-B), reduced to one seed and one task: its run records and
   summary.json."""
   import test_study as ts
-  from sharedbert import study
-  from sharedbert import study_stats
+  from sharedbert.experiments import study
+  from sharedbert.experiments import study_stats
   corpus, glue_dir = ts._write_fixture_data(root)
   config = ts._toy_config(corpus, glue_dir)
   config.seeds = 1
@@ -74,7 +74,7 @@ def run_study(root) -> dict:
 
 
 def compute(root) -> dict:
-  from sharedbert import study
+  from sharedbert.experiments import study
   (root / 'g').mkdir()
   (root / 's').mkdir()
   out = {'study': run_study(root / 's')}

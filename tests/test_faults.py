@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from sharedbert import convert_hf
-from sharedbert import validation
+from sharedbert.convert import hf as convert_hf
+from sharedbert.config import validation
 from sharedbert.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -22,8 +22,11 @@ ENV.pop('TF_CPP_MIN_LOG_LEVEL', None)  # The package's own default must keep std
 COMMANDS = ('main', 'study', 'probe', 'params', 'convert_hf', 'convert_shared', 'bench')
 
 
-def command(module, *args):
-  return subprocess.run([sys.executable, '-m', f'sharedbert.{module}', *args], cwd=REPO,
+def command(name, *args):
+  """`python -m` of a command's module: main, or a `sharedbert` subcommand's."""
+  from sharedbert import cli
+  module = 'sharedbert.main' if name == 'main' else cli.SUBCOMMANDS[name][0]
+  return subprocess.run([sys.executable, '-m', module, *args], cwd=REPO,
                         env=ENV, capture_output=True, text=True, timeout=300)
 
 
@@ -51,7 +54,7 @@ def test_an_empty_workdir_is_one_line():
 
 def test_a_workdir_under_a_file_is_one_line(tmp_path):
   (tmp_path / 'file').write_text('x')
-  one_line(command('probe', f'--workdir={tmp_path}/file/w'), 'sharedbert.probe',
+  one_line(command('probe', f'--workdir={tmp_path}/file/w'), 'sharedbert probe',
            f'--workdir {tmp_path}/file/w is under {tmp_path}/file, which is not a directory')
 
 
@@ -85,7 +88,7 @@ def test_a_read_only_filesystem_as_a_command(tmp_path):
              'sharedbert', f'--workdir {disk}/w cannot be written (it would be created in '
              f'{disk}): Read-only file system')
     one_line(command('convert_shared', f'--source={tmp_path}', f'--target={disk}/t',
-                     '--attention=shared'), 'sharedbert.convert_shared',
+                     '--attention=shared'), 'sharedbert convert_shared',
              f'--target {disk}/t cannot be written')
   finally:
     subprocess.run(['umount', str(disk)], capture_output=True)
@@ -107,7 +110,7 @@ def test_export_refuses_a_non_empty_folder_and_leaves_it_untouched(imported, tmp
   (out / 'config.json').write_text('{"mine": 1}')
   (out / 'notes.txt').write_text('keep me')
   result = command('convert_hf', 'export', f'--workdir={imported}', f'--hf_dir={out}')
-  one_line(result, 'sharedbert.convert_hf', f'--hf_dir={out} exists and is not empty; choose '
+  one_line(result, 'sharedbert convert_hf', f'--hf_dir={out} exists and is not empty; choose '
            'a new directory, or pass --overwrite')
   assert sorted(p.name for p in out.iterdir()) == ['config.json', 'notes.txt']
   assert (out / 'config.json').read_text() == '{"mine": 1}'
@@ -134,17 +137,17 @@ def test_export_with_overwrite_replaces_the_folder_whole(imported, tmp_path):
 
 def test_an_unknown_probe_preset_is_one_line(tmp_path):
   one_line(command('probe', '--config=configs/probe.py:nope', f'--workdir={tmp_path}/p'),
-           'sharedbert.probe', "unknown probe preset 'nope'; choose cpu or gpu")
+           'sharedbert probe', "unknown probe preset 'nope'; choose cpu or gpu")
 
 
 def test_a_bad_probe_value_is_one_line(tmp_path):
   one_line(command('probe', f'--workdir={tmp_path}/p', '--config.seeds=0'),
-           'sharedbert.probe', 'config.seeds=0 is out of range')
+           'sharedbert probe', 'config.seeds=0 is out of range')
 
 
 def test_an_unknown_study_preset_is_one_line(tmp_path):
   one_line(command('study', '--config=configs/study.py:nope', f'--workdir={tmp_path}/s'),
-           'sharedbert.study', "unknown study preset 'nope'")
+           'sharedbert study', "unknown study preset 'nope'")
 
 
 def test_the_study_names_its_own_corpus_key(tmp_path):
@@ -152,7 +155,7 @@ def test_the_study_names_its_own_corpus_key(tmp_path):
   (data / 'glue').mkdir(parents=True)
   result = command('study', f'--config=configs/study.py:cpu,data={data}',
                    f'--workdir={tmp_path}/s')
-  one_line(result, 'sharedbert.study', f'corpus path {data}/corpus does not exist; set '
+  one_line(result, 'sharedbert study', f'corpus path {data}/corpus does not exist; set '
            'corpus= after the preset (e.g. configs/study.py:cpu,corpus=PATH)')
   assert 'config.data.corpus' not in result.stderr
 
@@ -174,7 +177,7 @@ def _hint_keys() -> set[str]:
 
 def _configs():
   from sharedbert import config as sb_config
-  from sharedbert import params as params_lib
+  from sharedbert.models import params as params_lib
   out = [sb_config.pretrain_config('shared', 'tiny')]
   for name in ('glue', 'study', 'probe'):
     out.append(params_lib.load_config_file(str(REPO / 'configs' / f'{name}.py'), None))
@@ -231,5 +234,5 @@ def test_a_subcommand_runs_its_module():
 
 def test_the_study_without_its_data_folder_is_one_line(tmp_path):
   one_line(command('study', '--config=configs/study.py:cpu', f'--workdir={tmp_path}/s'),
-           'sharedbert.study', 'the cpu study has no data: give it the folder holding corpus/ '
+           'sharedbert study', 'the cpu study has no data: give it the folder holding corpus/ '
            'and glue/, --config=configs/study.py:cpu,data=DIR')

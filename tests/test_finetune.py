@@ -13,7 +13,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from sharedbert import config as sb_config
-from sharedbert import finetune
+from sharedbert.tasks import finetune
 from sharedbert import sharding
 from sharedbert import train
 from sharedbert.data import glue

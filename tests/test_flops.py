@@ -8,7 +8,7 @@ import jax.extend
 import jax.numpy as jnp
 import pytest
 
-from sharedbert import flops
+from sharedbert.models import flops
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig

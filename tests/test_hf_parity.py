@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from sharedbert import convert_hf
+from sharedbert.convert import hf as convert_hf
 from sharedbert.errors import UserError
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 
@@ -167,11 +167,11 @@ def test_only_standard_exports():
 
 def test_command_line_errors_are_one_line(tmp_path):
   result = subprocess.run(
-      [sys.executable, '-m', 'sharedbert.convert_hf', 'import', f'--hf_dir={tmp_path}/none',
+      [sys.executable, '-m', 'sharedbert.convert.hf', 'import', f'--hf_dir={tmp_path}/none',
        f'--workdir={tmp_path}/work'], capture_output=True, text=True,
       env=dict(os.environ, JAX_PLATFORMS='cpu'), cwd=os.path.dirname(os.path.dirname(__file__)))
   assert result.returncode == 2
-  assert result.stderr.strip().splitlines()[-1].startswith('sharedbert.convert_hf: error: ')
+  assert result.stderr.strip().splitlines()[-1].startswith('sharedbert convert_hf: error: ')
   assert 'config.json does not exist' in result.stderr
 
 
@@ -219,12 +219,12 @@ def test_import_of_a_damaged_directory_writes_nothing(tmp_path, make, message):
 def test_import_of_a_corrupt_file_through_the_command_line(tmp_path):
   hf_dir = broken_hf_dir(tmp_path, weights=lambda d: d[:len(d) // 2])
   result = subprocess.run(
-      [sys.executable, '-m', 'sharedbert.convert_hf', 'import', f'--hf_dir={hf_dir}',
+      [sys.executable, '-m', 'sharedbert.convert.hf', 'import', f'--hf_dir={hf_dir}',
        f'--workdir={tmp_path}/work'], capture_output=True, text=True,
       env=dict(os.environ, JAX_PLATFORMS='cpu'), cwd=os.path.dirname(os.path.dirname(__file__)))
   assert result.returncode == 2, result.stderr[-2000:]
   [line] = [l for l in result.stderr.splitlines() if 'error' in l.lower()]
-  assert line.startswith(f'sharedbert.convert_hf: error: {hf_dir}/model.safetensors is not a '
+  assert line.startswith(f'sharedbert convert_hf: error: {hf_dir}/model.safetensors is not a '
                          'readable safetensors file (')
   assert not (tmp_path / 'work').exists()
 

@@ -19,9 +19,9 @@ from scipy.special import erf
 from tokenizers import Tokenizer as HfTokenizer
 
 import sharedbert
-from sharedbert import convert_hf
-from sharedbert import convert_shared
-from sharedbert import finetune
+from sharedbert.convert import hf as convert_hf
+from sharedbert.convert import shared as convert_shared
+from sharedbert.tasks import finetune
 from sharedbert import train
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
@@ -217,7 +217,7 @@ def test_convert_to_shared_then_finetune(imported, sst2_dir, tmp_path):
   assert clf.head['model']['attention'] == 'shared'
   assert len(clf.predict([('the cat', None), 'a queen'])) == 2
   result = subprocess.run(
-      [sys.executable, '-m', 'sharedbert.convert_hf', 'export', f'--workdir={seed_dir}',
+      [sys.executable, '-m', 'sharedbert.convert.hf', 'export', f'--workdir={seed_dir}',
        f'--hf_dir={tmp_path}/out'], capture_output=True, text=True, cwd=ROOT,
       env=dict(os.environ, JAX_PLATFORMS='cpu'))
   assert result.returncode == 2 and 'only standard models map' in result.stderr

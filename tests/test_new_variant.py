@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sharedbert import flops
-from sharedbert import params as params_lib
+from sharedbert.models import flops
+from sharedbert.models import params as params_lib
 from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert.models import attention as attention_lib

@@ -5,7 +5,7 @@ import pytest
 import numpy as np
 
 from sharedbert import optim
-from sharedbert import squad
+from sharedbert.tasks import squad
 from sharedbert import train
 
 

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from sharedbert import params as params_lib
+from sharedbert.models import params as params_lib
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
 
@@ -124,7 +124,7 @@ def test_component_of_an_unknown_parameter_is_an_error():
 
 
 def run_command(*args):
-  return subprocess.run([sys.executable, '-m', 'sharedbert.params', *args], cwd=ROOT,
+  return subprocess.run([sys.executable, '-m', 'sharedbert.models.params', *args], cwd=ROOT,
                         capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'))
 
 
@@ -146,7 +146,7 @@ def test_command_errors_are_one_line():
   result = run_command('--config=configs/masa_base.py:tiny', '--config.model.masa_projections=qx')
   assert result.returncode == 2
   assert result.stderr.strip().splitlines() == [
-      'sharedbert.params: error: model.masa_projections must be distinct letters of "qkvo" '
+      'sharedbert params: error: model.masa_projections must be distinct letters of "qkvo" '
       '(e.g. "qkvo" or "qk"), got \'qx\'']
 
 
@@ -165,4 +165,4 @@ def test_command_errors_are_one_line():
 def test_command_config_mistakes_are_one_line(args, message):
   result = run_command(*args)
   assert result.returncode == 2, result.stderr[-2000:]
-  assert result.stderr.strip().splitlines() == [f'sharedbert.params: error: {message}']
+  assert result.stderr.strip().splitlines() == [f'sharedbert params: error: {message}']

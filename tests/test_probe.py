@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from sharedbert import probe
-from sharedbert import probe_report
-from sharedbert import probe_tasks as pt
+from sharedbert.experiments import probe
+from sharedbert.experiments import probe_report
+from sharedbert.experiments import probe_tasks as pt
 from sharedbert.errors import UserError
-from sharedbert.params import load_config_file
+from sharedbert.models.params import load_config_file
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -206,7 +206,7 @@ def test_paired_difference_is_reliable_only_when_the_interval_excludes_zero():
 
 def test_one_step_command_writes_a_sane_report(tmp_path):
   workdir = tmp_path / 'probe'
-  args = [sys.executable, '-m', 'sharedbert.probe', f'--workdir={workdir}',
+  args = [sys.executable, '-m', 'sharedbert.experiments.probe', f'--workdir={workdir}',
           '--config.variants=("standard","shared")', '--config.seeds=2',
           '--config.total_steps=1', '--config.eval_every_steps=1', '--config.batch_size=4',
           '--config.eval_examples=16', '--config.optim.warmup_steps=0']
@@ -243,10 +243,10 @@ def test_one_step_command_writes_a_sane_report(tmp_path):
 
 
 def test_bad_config_is_one_line_exit_2(tmp_path):
-  args = [sys.executable, '-m', 'sharedbert.probe', f'--workdir={tmp_path / "w"}',
+  args = [sys.executable, '-m', 'sharedbert.experiments.probe', f'--workdir={tmp_path / "w"}',
           '--config.mqar.num_pairs=1000']
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2
-  assert proc.stderr.strip().splitlines()[-1].startswith('sharedbert.probe: error: config.mqar')
+  assert proc.stderr.strip().splitlines()[-1].startswith('sharedbert probe: error: config.mqar')
   assert not (tmp_path / 'w').exists()

@@ -25,7 +25,7 @@ import pytest
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import config as sb_config
 from sharedbert import train
-from sharedbert import workdir_lock
+from sharedbert.utils import workdir_lock
 from sharedbert.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

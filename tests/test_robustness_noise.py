@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sharedbert import robustness
+from sharedbert.evaluators import robustness
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.models.bert import (BertForSequenceClassification, ModelConfig,
                                     add_embedding_noise)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from sharedbert import checkpoint as checkpoint_lib
-from sharedbert import params as params_lib
+from sharedbert.models import params as params_lib
 from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert.config import DEFAULT_LOGICAL_AXIS_RULES
@@ -190,7 +190,8 @@ def test_a_variant_that_cannot_be_scanned_is_a_user_error():
 
 def test_compile_time_harness():
   """tools/compile_time.py's measurement, on the smallest size (BENCHMARKS.md has BERT-base)."""
-  from sharedbert import bench_memory, bench_sizes
+  from sharedbert.bench import memory as bench_memory
+  from sharedbert.bench import sizes as bench_sizes
   row = bench_memory.step_compile_seconds(bench_sizes.SIZES['smoke'], 'standard', scan_layers=True)
   assert row['scan_layers'] and row['remat'] == 'none'
   assert row['compile_s'] > 0 and row['lower_s'] > 0 and row['memory_bytes'] > 0

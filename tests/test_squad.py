@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from sharedbert import sharding
-from sharedbert import squad
-from sharedbert.params import load_config_file
+from sharedbert.tasks import squad
+from sharedbert.models.params import load_config_file
 from sharedbert.data import tokenizer as tokenizer_lib
 import test_finetune
 from test_finetune import pretrained  # noqa: F401  (a fixture: 2 steps of a 1-layer model)

@@ -8,8 +8,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sharedbert import study
-from sharedbert import study_stats
+from sharedbert.experiments import study
+from sharedbert.experiments import study_stats
 from sharedbert.errors import UserError
 
 _WORDS = ('the cat dog man woman sat ran on a mat house big small red blue good bad film '
@@ -60,7 +60,7 @@ def _write_fixture_data(root):
 
 def _toy_config(corpus, glue_dir):
   import ml_collections
-  from sharedbert.params import load_config_file
+  from sharedbert.models.params import load_config_file
   config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), 'cpu')
   config.variants = ('standard', 'shared')
   config.seeds = 2
@@ -104,7 +104,7 @@ def test_merge_overrides_refuses_unknown_keys():
 
 
 def test_study_presets_resolve():
-  from sharedbert.params import load_config_file
+  from sharedbert.models.params import load_config_file
   for preset in ('cpu', 'gpu', 'pod'):
     config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), preset)
     for v in config.variants:
@@ -283,7 +283,7 @@ def test_glue_task_discovery_skips_tasks_without_train_or_dev(tmp_path):
 
 
 def test_cpu_preset_budget_recipe_follows_the_width():
-  from sharedbert.params import load_config_file
+  from sharedbert.models.params import load_config_file
   config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), 'cpu')
   assert config.pretrain.arg == 'size=tiny,recipe=budget' and config.glue.tasks == 'auto'
   assert config.baselines == ('none',)
@@ -300,7 +300,7 @@ def test_cpu_preset_budget_recipe_follows_the_width():
 
 
 def test_paths_are_never_absolute(tmp_path):
-  from sharedbert import paths
+  from sharedbert.utils import paths
   root, work = '/r/repo', '/w/study'
   assert paths.display('/r/repo/docs/x', workdir=work, root=root) == 'docs/x'
   assert paths.display('/r/data', workdir=work, root=root) == '../data'
@@ -334,7 +334,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
 
   # What each fine-tuned model starts from: its encoder's weights before the first step.
   import jax
-  from sharedbert import finetune
+  from sharedbert.tasks import finetune
   starts = {}
   run_seed = finetune.TaskRun.run_seed
   def spying(self, seed, **kw):
@@ -415,7 +415,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   assert set(summary['pretraining_gains']['_average']) == {'majority', 'none'}
   # Shown relative to the workdir or the repository, whichever is nearer (so the exact form
   # depends on where the test's tmp dir and the checkout are); never absolute.
-  from sharedbert import paths
+  from sharedbert.utils import paths
   shown = {'corpus': paths.display(str(corpus), workdir=workdir),
            'glue_dir': paths.display(str(glue_dir), workdir=workdir)}
   assert summary['data'] == {**shown, 'tfds_data_dir': ''}

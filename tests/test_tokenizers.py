@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer as HfTokenizer
 
-from sharedbert import convert_hf
+from sharedbert.convert import hf as convert_hf
 from sharedbert.data import demo_corpus, pretrain
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError

@@ -20,6 +20,7 @@ import pytest
 
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
+from sharedbert.models import masa as masa_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from test_model import make_inputs
 
@@ -189,7 +190,7 @@ def test_masa_with_one_atom_per_layer_is_standard(projections):
   masa = copy.deepcopy(standard)
   masa['bert']['shared_attention'] = {}
   for t in projections:
-    name = attention_lib.MASA_TYPES[t]
+    name = masa_lib.MASA_TYPES[t]
     atoms = np.stack([a[name]['kernel'] for a in layers(standard, standard_cfg)])
     masa['bert']['shared_attention'][t] = {
         'atoms': atoms, 'coefficients': np.eye(cfg.num_layers, dtype=np.float32)}
@@ -264,7 +265,7 @@ def test_attention_layer_against_numpy(name):
   module = attention_lib.VARIANTS[name](cfg, layer)
   kwargs, dictionary = {}, None
   if name == 'masa':
-    dict_module = attention_lib.MasaDictionary(cfg)
+    dict_module = masa_lib.MasaDictionary(cfg)
     dictionary = perturb(jax.tree.map(np.asarray, nn.unbox(
         dict_module.init(jax.random.key(1))['params'])))
     kwargs['shared'] = dict_module.apply({'params': dictionary})
@@ -348,7 +349,7 @@ def test_masa_dictionary_belongs_to_the_encoder():
 
 def test_masa_atoms_default_to_a_third_of_the_layers():
   cfg = config('masa', masa_atoms=0, num_layers=7)
-  assert attention_lib.masa_num_atoms(cfg) == 3
+  assert masa_lib.masa_num_atoms(cfg) == 3
   assert init(cfg)['bert']['shared_attention']['k']['coefficients'].shape == (7, 3)
 
 
@@ -442,7 +443,7 @@ WORDS = ('the cat sat on a mat while seven dogs ran past the old red barn and a 
 
 
 def load_preset(name):
-  from sharedbert import params as params_lib
+  from sharedbert.models import params as params_lib
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   return params_lib.load_config_file(os.path.join(root, 'configs', f'{name}_base.py'), 'tiny')
 
@@ -462,7 +463,7 @@ def test_tiny_preset_trains(name, corpus, tmp_path):
   cfg = load_preset(name)
   assert cfg.model.attention == name
   if name == 'masa':
-    assert attention_lib.masa_num_atoms(ModelConfig.from_config(cfg.model)) == 1
+    assert masa_lib.masa_num_atoms(ModelConfig.from_config(cfg.model)) == 1
   # Tinier still; no dropout, whose random bits cost more to compile than the model.
   cfg.model.update(hidden_size=32, num_heads=2, mlp_dim=64, vocab_size=300,
                    max_position_embeddings=32, dropout_rate=0.0, attention_dropout_rate=0.0)

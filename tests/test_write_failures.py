@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from sharedbert import checkpoint as checkpoint_lib
-from sharedbert import metric_writer
+from sharedbert.utils import metric_writer
 from sharedbert import train
 from test_resume import config_from_flags, write_corpus
 

@@ -26,7 +26,7 @@ so that a transposed or misplaced tensor shows. Attention is the eager implement
 
   python tools/make_hf_golden.py --verify=DIR
 
-loads an exported directory (`python -m sharedbert.convert_hf export ...`) with
+loads an exported directory (`python -m sharedbert.convert.hf export ...`) with
 transformers and checks that it reproduces golden.npz to 1e-5.
 """
 

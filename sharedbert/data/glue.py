@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Optional, Union
 
 from sharedbert.errors import UserError
-from sharedbert.paths import gfile as _gfile  # glue_dir may be gs://.
+from sharedbert.utils.paths import gfile as _gfile  # glue_dir may be gs://.
 
 Label = Union[int, float, None]
 

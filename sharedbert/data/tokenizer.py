@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from sharedbert import paths
+from sharedbert.utils import paths
 from sharedbert.errors import UserError
 
 # The sentencepiece vocabulary's fixed ids.

@@ -1,7 +1,7 @@
 """BERT encoder, masked-LM head and classification head (Flax Linen).
 
 Parameter names follow Hugging Face's `BertModel` closely so that checkpoints convert
-one-to-one (`sharedbert/convert_hf.py`). Every parameter carries logical axis names from
+one-to-one (`sharedbert/convert/hf.py`). Every parameter carries logical axis names from
 one vocabulary (vocab, embed, heads, kv, mlp, qkv, layers, atoms); `sharedbert.sharding`
 maps them onto the device mesh.
 """
@@ -67,7 +67,7 @@ class ModelConfig:
     return cfg
 
   def validate(self):
-    from sharedbert import validation  # The range of every key (sharedbert/validation.py).
+    from sharedbert.config import validation  # The range of every key (sharedbert/config/validation.py).
     validation.model(self)
     if self.attention not in attention_lib.VARIANTS:
       raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
@@ -305,7 +305,7 @@ class BertEncoder(nn.Module):
     """input_mask: [B,T], 1 for real tokens and 0 for padding.
 
     embedding_noise: optional [B,T,D] noise in units of each sequence's embedding std
-    (`add_embedding_noise`; sharedbert.robustness); None (the default) adds nothing.
+    (`add_embedding_noise`; sharedbert.evaluators.robustness); None (the default) adds nothing.
     """
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
     if embedding_noise is not None:

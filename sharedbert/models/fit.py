@@ -2,8 +2,8 @@
 `shared` attention (W_s and three diagonals per layer, `fit_shared`), onto `kv_shared`
 (per head, the score form and the value path, `fit_kv_shared`) and onto MASA's
 cross-layer dictionary (matrix PCA, `fit_atoms`, `fit_masa`). The variants' conversion
-hooks call these (sharedbert/models/attention.py); sharedbert.convert_shared reads and
-writes the workdirs. The method is described in sharedbert/convert_shared.py."""
+hooks call these (sharedbert/models/attention.py); sharedbert.convert.shared reads and
+writes the workdirs. The method is described in sharedbert/convert/shared.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ batches its dev rows with make_batch).
 
 Two loops stay outside it on purpose: pretraining (sharedbert.train: MLM batches streamed
 from tf.data, gradient accumulation, preemption checkpoints), and the probes
-(sharedbert.probe: hundreds of tiny from-scratch steps scanned inside one jitted call,
+(sharedbert.experiments.probe: hundreds of tiny from-scratch steps scanned inside one jitted call,
 which a step-per-call loop would spend in dispatch). They share the optimizer
 (sharedbert.optim) and the model.
 

@@ -1,7 +1,7 @@
 """GLUE as a task of the engine: the examples' features, the classifier's loss and
 predictions, and `TaskRun`: one task's data, model and compiled steps, whose `run_seed`
 fine-tunes (engine.fit_epoch), scores the dev sets after every epoch (engine.predict),
-keeps the classifier and writes the seed's files (see sharedbert/finetune.py)."""
+keeps the classifier and writes the seed's files (see sharedbert/tasks/finetune.py)."""
 
 from __future__ import annotations
 
@@ -23,18 +23,18 @@ import orbax.checkpoint as ocp
 import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
-from sharedbert import classifiers
-from sharedbert import glue_report
-from sharedbert import jsonio
+from sharedbert.tasks import classifiers
+from sharedbert.tasks import glue_report
+from sharedbert.utils import jsonio
 from sharedbert import optim as optim_lib
 from sharedbert import sharding
-from sharedbert import workdir as workdir_lib
+from sharedbert.utils import workdir as workdir_lib
 from sharedbert.data import glue
 from sharedbert.errors import UserError
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
 from sharedbert.models.bert import BertForSequenceClassification
-from sharedbert.pretrained import PretrainedRun
+from sharedbert.tasks.pretrained import PretrainedRun
 from sharedbert.tasks import engine
 
 SEED_METRICS = 'metrics.json'

@@ -1,0 +1,1 @@
+"""Checkpoints in and out: Hugging Face (hf, hf_layout) and standard -> shared/kv_shared/masa (shared)."""

@@ -1,0 +1,158 @@
+r"""From a pretrained `standard` checkpoint to `shared`, `kv_shared` or `masa` attention.
+
+  python -m sharedbert.convert.shared --source=STANDARD_WORKDIR --target=NEW_WORKDIR \
+      --attention=shared
+  python -m sharedbert.convert.shared --source=STANDARD_WORKDIR --target=NEW_WORKDIR \
+      --attention=masa [--masa_atoms=0] [--masa_projections=qkvo]
+
+shared: for each layer, W_s, b_s, d_q, d_k, d_v minimise
+  sum over r in (q, k, v) of ||[W_r; b_r] - [W_s; b_s] diag(d_r)||_F^2,
+which splits into one problem per output unit j: the (D+1) x 3 matrix whose columns are
+unit j's weights and bias in W_q, W_k, W_v, approximated with rank one. Its top singular
+pair is the exact least-squares answer (Eckart-Young); the diagonals are scaled so that
+||(d_q, d_k, d_v)_j|| = sqrt(3), i.e. all ones where the three roles agree.
+
+kv_shared: per layer and head, K = V = x W_kv fitted to what attention computes, the score
+form [W_q; b_q] W_k^T and the value path W_v W_o (sharedbert/models/fit.py,
+`fit_kv_shared`, derives it).
+
+masa (matrix PCA, as Zhussip et al. do for pretrained models): for each projection type,
+the L layers' matrices, flattened, form the rows of X [L, D*D]; the atoms are the top-S
+principal matrices (right singular vectors of X, about the origin: W_l = sum_s c_ls A_s
+has no separate mean matrix, and the uncentred truncated SVD is then its least-squares
+optimum), and the coefficients are the projections c_ls = <W_l, A_s>. Atoms are rescaled
+so that the coefficients are of order one, like a freshly initialised masa model. S <= L;
+S = L is exact. Biases are copied per layer.
+
+The command prints the relative reconstruction error ||W - W_fit||_F / ||W||_F of every
+layer (and role or type), and writes NEW_WORKDIR (config.json with the new variant, a
+step-0 checkpoint that `sharedbert.main` resumes from, and the source's vocabulary:
+vocab.model, or vocab.txt and tokenizer_config.json).
+Everything outside attention is copied unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from sharedbert.convert import hf as convert_hf
+from sharedbert.config import validation
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.errors import UserError, one_line_errors
+from sharedbert.models import attention as attention_lib
+from sharedbert.models.bert import ModelConfig, to_layout, unstack_layers
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """Only when run as a command: importing this module defines no flags."""
+  flags.DEFINE_string('source', None, 'Workdir of a trained (or imported) standard model.')
+  flags.DEFINE_string('target', None, 'New workdir for the converted model.')
+  flags.DEFINE_enum('attention', None, convertible_variants(), 'The variant to convert to.')
+  flags.DEFINE_integer('masa_atoms', 0, 'masa: atoms per projection type (0: ceil(L/3)).')
+  flags.DEFINE_string('masa_projections', 'qkvo', 'masa: projection types from the dictionary.')
+  flags.DEFINE_integer('step', None, 'The source checkpoint step (default: the latest).')
+  flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
+
+# ---------------------------------------------------------------------------------------
+# Whole models and workdirs.
+
+def convert_params(params: dict, source_cfg: ModelConfig,
+                   target_cfg: ModelConfig) -> tuple[dict, list[list[str]], list[str]]:
+  """Standard params -> target variant's params; returns (params, table rows, header)."""
+  if source_cfg.attention != 'standard':
+    raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
+                    'starts from a standard one')
+  out, fit = _convert(params, source_cfg, target_cfg)
+  return out, fit.rows, fit.header
+
+
+def _convert(params, source_cfg, target_cfg) -> tuple[dict, attention_lib.Conversion]:
+  """The target variant's class fits its attention (`from_standard`); the rest is copied."""
+  out = copy.deepcopy(params)
+  layers = [params['bert'][f'layer_{i}']['attention'] for i in range(source_cfg.num_layers)]
+  fit = attention_lib.VARIANTS[target_cfg.attention].from_standard(layers, target_cfg)
+  for i, attention in enumerate(fit.layers):
+    out['bert'][f'layer_{i}']['attention'] = attention
+  if fit.shared is not None:
+    out['bert']['shared_attention'] = fit.shared
+  return out, fit
+
+
+def convertible_variants() -> list[str]:
+  """The variants whose class has a conversion from standard."""
+  base = attention_lib.AttentionBase.from_standard.__func__
+  return [name for name, cls in attention_lib.VARIANTS.items()
+          if cls.from_standard.__func__ is not base]
+
+
+def target_model_config(source_cfg: ModelConfig, attention: str, masa_atoms: int = 0,
+                        masa_projections: str = 'qkvo') -> ModelConfig:
+  if attention not in attention_lib.VARIANTS:
+    raise UserError(f'unknown attention variant {attention!r}; convert to one of '
+                    f'{", ".join(convertible_variants())}')
+  settings = {'masa_atoms': masa_atoms, 'masa_projections': masa_projections}
+  own = attention_lib.VARIANTS[attention].config_keys
+  cfg = dataclasses.replace(source_cfg, attention=attention,
+                            **{k: v for k, v in settings.items() if k in own})
+  cfg.validate()
+  return cfg
+
+
+def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int = 0,
+                    masa_projections: str = 'qkvo', step: int | None = None) -> str:
+  """Converts SOURCE's checkpoint into a new TARGET workdir; returns the report."""
+  if os.path.abspath(source) == os.path.abspath(target):
+    raise UserError('--target must be a new workdir, not --source')
+  validation.workdir(target, '--target')
+  source_cfg, params, meta, step = convert_hf.read_params(source, step)
+  params = unstack_layers(params)  # The fits work layer by layer; the target keeps the layout.
+  target_cfg = target_model_config(source_cfg, attention, masa_atoms, masa_projections)
+  if source_cfg.attention != 'standard':
+    raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
+                    'starts from a standard one')
+  new_params, fit = _convert(params, source_cfg, target_cfg)
+  new_params = to_layout(new_params, target_cfg.scan_layers)
+  header, rows = fit.header, fit.rows
+
+  config = convert_hf.read_workdir_config(source)
+  for key in ('attention', 'masa_atoms', 'masa_projections'):
+    config.model[key] = getattr(target_cfg, key)
+  convert_hf.write_checkpoint(
+      target, config, new_params, vocab_size=meta.get('vocab_size'),
+      source=f'{attention} fitted by sharedbert.convert.shared to {os.path.abspath(source)} '
+             f'step {step}')
+  # The vocabulary comes along: vocab.model, or vocab.txt + tokenizer_config.json.
+  tokenizer_lib.copy_vocab(source, target)
+
+  widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+  fmt = lambda cells: '  '.join(c.rjust(w) for c, w in zip(cells, widths))
+  lines = [f'{source} (standard, step {step}) -> {target} ({attention}): {fit.what}.',
+           f'Relative reconstruction error ||W - W_fit||_F / ||W||_F ({fit.errors_of}):',
+           fmt(header), fmt(['-' * w for w in widths])] + [fmt(r) for r in rows]
+  return '\n'.join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.
+  with one_line_errors('sharedbert convert_shared', FLAGS.verbose):
+    if not (FLAGS.source and FLAGS.target and FLAGS.attention):
+      raise UserError('--source, --target and --attention are required')
+    print(convert_workdir(FLAGS.source, FLAGS.target, FLAGS.attention,
+                          masa_atoms=FLAGS.masa_atoms, masa_projections=FLAGS.masa_projections,
+                          step=FLAGS.step))
+
+
+if __name__ == '__main__':
+  _define_flags()
+  from sharedbert import cli
+  app.run(main, flags_parser=cli.flags_parser('sharedbert convert_shared', 'sharedbert.convert.shared'))

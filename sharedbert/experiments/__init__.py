@@ -1,0 +1,1 @@
+"""Experiments built on the core: the controlled study, the attention probes, the recipe ablation."""

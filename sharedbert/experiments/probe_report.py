@@ -1,0 +1,384 @@
+"""W/report.md, W/summary.json and the figures of an attention probe (sharedbert.experiments.probe).
+
+Conventions (also written into the report):
+  * accuracy: the fraction of prediction slots of the held-out set (config.eval_examples
+    sequences per task and seed, the same for every variant) whose argmax is the label,
+    after the last training step.
+  * mean ± std: over seeds (sample std).
+  * Δ vs standard: seed s of a variant against seed s of `standard` (the same data and
+    evaluation set), its mean and the Student-t interval of the per-seed differences
+    (sharedbert.metrics.stats.t_interval); "reliable" when that interval excludes 0.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from sharedbert.utils import jsonio
+from sharedbert.experiments import probe_tasks
+from sharedbert.metrics import stats
+
+REFERENCE = 'standard'
+
+
+def _f(x, digits: int = 3) -> str:
+  return '–' if x is None or (isinstance(x, float) and np.isnan(x)) else f'{x:.{digits}f}'
+
+
+def _signed(x, digits: int = 3) -> str:
+  return '–' if x is None or np.isnan(x) else f'{x:+.{digits}f}'
+
+
+# ---------------------------------------------------------------------------------------
+# The numbers.
+
+def task_knobs(config, task: str) -> dict:
+  return dict(config[task])
+
+
+def summarize(config, runs: dict) -> dict:
+  """Per task and variant: seeds, mean, std, curve; per variant: Δ vs standard."""
+  seeds = list(range(int(config.seeds)))
+  confidence = float(config.confidence)
+  out = {'tasks': {}, 'parameters': {}, 'confidence': confidence}
+  for (variant, _, _), r in runs.items():
+    out['parameters'].setdefault(variant, r['parameters'])
+  for task in config.tasks:
+    entry = {'chance': probe_tasks.chance(task, config), 'knobs': task_knobs(config, task),
+             'variants': {}}
+    for variant in config.variants:
+      done = [runs[variant, task, s] for s in seeds if (variant, task, s) in runs]
+      if not done:
+        continue
+      acc = [r['accuracy'] for r in done]
+      mean, std = stats.mean_std(acc)
+      v = {'seeds': [r['seed'] for r in done], 'accuracy': acc, 'mean': mean, 'std': std,
+           'n': len(done), 'steps': [p['step'] for p in done[0]['curve']],
+           'curves': [[p['accuracy'] for p in r['curve']] for r in done],
+           'train_s': [r['train_s'] for r in done], 'wall_s': [r['wall_s'] for r in done]}
+      if done[0].get('by_direction'):
+        v['by_direction'] = {
+            d: stats.mean_std([r['by_direction'][d] for r in done])
+            for d in probe_tasks.DIRECTIONS}
+      entry['variants'][variant] = v
+    ref = entry['variants'].get(REFERENCE)
+    for variant, v in entry['variants'].items():
+      if variant == REFERENCE or ref is None:
+        continue
+      v['vs_standard'] = paired_difference(v, ref, confidence)
+    out['tasks'][task] = entry
+  return out
+
+
+def paired_difference(a: dict, b: dict, confidence: float) -> dict:
+  """a - b over the seeds both have: mean, t interval, per-seed values, reliable."""
+  by_b = dict(zip(b['seeds'], b['accuracy']))
+  pairs = [(x, by_b[s]) for s, x in zip(a['seeds'], a['accuracy']) if s in by_b]
+  per_seed = [x - y for x, y in pairs]
+  low, high = stats.t_interval(per_seed, confidence)
+  mean = float(np.mean(per_seed)) if per_seed else float('nan')
+  reliable = not np.isnan(low) and (low > 0 or high < 0)
+  return {'diff': mean, 'ci': [low, high], 'per_seed': per_seed, 'n': len(per_seed),
+          'reliable': bool(reliable)}
+
+
+# ---------------------------------------------------------------------------------------
+# Sentences from the numbers.
+
+def _learned(entry: dict, v: dict) -> bool:
+  """Clearly above chance: at least halfway from chance to perfect."""
+  c = entry['chance']
+  return v['mean'] >= c + 0.5 * (1.0 - c)
+
+
+def task_sentence(task: str, entry: dict) -> str:
+  variants = entry['variants']
+  c = entry['chance']
+  ref = variants.get(REFERENCE)
+  if ref is None:
+    return (f'**{task}**: `standard` was not run, so there is no reference; accuracies: ' +
+            ', '.join(f'{n} {_f(v["mean"])}' for n, v in variants.items()) + '.')
+  parts = [f'**{task}** (chance {_f(c)}): `standard` reaches {_f(ref["mean"])} ± '
+           f'{_f(ref["std"])} over {ref["n"]} seeds']
+  if not _learned(entry, ref):
+    parts[0] += ', less than halfway from chance to perfect: this budget is short for it'
+    past = [(n, v) for n, v in variants.items() if n != REFERENCE and _learned(entry, v)]
+    if past:
+      parts.append('past halfway: ' + ', '.join(
+          f'`{n}` ({_f(v["mean"])} ± {_f(v["std"])})' for n, v in past))
+  lower = [(n, v['vs_standard']) for n, v in variants.items()
+           if 'vs_standard' in v and v['vs_standard']['reliable'] and v['vs_standard']['diff'] < 0]
+  higher = [(n, v['vs_standard']) for n, v in variants.items()
+            if 'vs_standard' in v and v['vs_standard']['reliable'] and v['vs_standard']['diff'] > 0]
+  same = [n for n, v in variants.items() if 'vs_standard' in v and not v['vs_standard']['reliable']]
+
+  def listed(items):
+    return ', '.join(f'`{n}` ({_signed(d["diff"])}, interval [{_signed(d["ci"][0])}, '
+                     f'{_signed(d["ci"][1])}])' for n, d in items)
+  if lower:
+    parts.append(f'reliably below `standard`: {listed(lower)}')
+  if higher:
+    parts.append(f'reliably above `standard`: {listed(higher)}')
+  if same:
+    parts.append('no reliable difference from `standard`: ' + ', '.join(f'`{n}`' for n in same))
+  near_chance = [n for n, v in variants.items() if v['mean'] < c + 0.1 * (1.0 - c)]
+  if near_chance:
+    parts.append('within a tenth of the way from chance to perfect: ' +
+                 ', '.join(f'`{n}`' for n in near_chance))
+  return '; '.join(parts) + '.'
+
+
+def direction_sentence(entry: dict) -> str:
+  """For the directed task: where 'after' and 'before' accuracies differ by > 0.1."""
+  rows = [(n, v['by_direction']) for n, v in entry['variants'].items() if 'by_direction' in v]
+  if not rows:
+    return ''
+  uneven = [(n, d) for n, d in rows if abs(d['after'][0] - d['before'][0]) > 0.1]
+  if not uneven:
+    return ('By direction, every variant answers "after x" and "before x" within 0.1 of '
+            'each other.')
+  return ('By direction, these variants answer one direction better than the other by more '
+          'than 0.1: ' + ', '.join(f'`{n}` (after {_f(d["after"][0])}, before '
+                                   f'{_f(d["before"][0])})' for n, d in uneven) + '.')
+
+
+# ---------------------------------------------------------------------------------------
+# Figures (matplotlib, Agg: no display needed).
+
+def _pyplot():
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def _colors(variants):
+  plt = _pyplot()
+  cmap = plt.get_cmap('tab10')
+  return {v: cmap(i % 10) for i, v in enumerate(variants)}
+
+
+def plot_curves(summary: dict, variants, out_path: str) -> None:
+  """Accuracy vs training steps: the seed mean per variant, shaded from min to max."""
+  plt = _pyplot()
+  tasks = list(summary['tasks'])
+  colors = _colors(variants)
+  fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+  for ax, task in zip(axes[0], tasks):
+    entry = summary['tasks'][task]
+    for v in variants:
+      if v not in entry['variants']:
+        continue
+      e = entry['variants'][v]
+      curves = np.asarray(e['curves'])
+      ax.plot(e['steps'], curves.mean(0), color=colors[v], label=v)
+      ax.fill_between(e['steps'], curves.min(0), curves.max(0), color=colors[v], alpha=0.15)
+    ax.axhline(entry['chance'], color='grey', linestyle=':', linewidth=1, label='chance')
+    ax.set_title(task)
+    ax.set_xlabel('training step')
+    ax.set_ylim(-0.02, 1.02)
+  axes[0][0].set_ylabel('held-out accuracy')
+  axes[0][-1].legend(fontsize=7, loc='lower right')
+  fig.suptitle('Accuracy during training (line: seed mean; band: min to max over seeds)',
+               fontsize=10)
+  fig.tight_layout()
+  fig.savefig(out_path, dpi=90)
+  plt.close(fig)
+
+
+def plot_final(summary: dict, variants, out_path: str) -> None:
+  """Final accuracy per variant: one dot per seed, the mean ± std as a bar."""
+  plt = _pyplot()
+  tasks = list(summary['tasks'])
+  colors = _colors(variants)
+  fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+  for ax, task in zip(axes[0], tasks):
+    entry = summary['tasks'][task]
+    names = [v for v in variants if v in entry['variants']]
+    for i, v in enumerate(names):
+      e = entry['variants'][v]
+      x = i + np.linspace(-0.12, 0.12, len(e['accuracy'])) if len(e['accuracy']) > 1 else [i]
+      ax.scatter(x, e['accuracy'], color=colors[v], s=14, zorder=3)
+      ax.errorbar([i], [e['mean']], yerr=[e['std']], color='black', capsize=4, marker='_',
+                  markersize=14, zorder=2)
+    ax.axhline(entry['chance'], color='grey', linestyle=':', linewidth=1)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=40, ha='right', fontsize=8)
+    ax.set_title(task)
+    ax.set_ylim(-0.02, 1.02)
+  axes[0][0].set_ylabel('final held-out accuracy')
+  fig.suptitle('Final accuracy (dots: seeds; bar: mean ± std; dotted: chance)', fontsize=10)
+  fig.tight_layout()
+  fig.savefig(out_path, dpi=90)
+  plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# The report.
+
+def _table(header, rows) -> list[str]:
+  return (['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|'] +
+          ['| ' + ' | '.join(r) + ' |' for r in rows])
+
+
+def _task_text(config, task: str) -> str:
+  knobs = ', '.join(f'{k}={v}' for k, v in task_knobs(config, task).items())
+  return f'`{task}` ({knobs})'
+
+
+def render(config, summary: dict, timing: dict) -> str:
+  """W/report.md of the probes: the header, the accuracy table with seed intervals,
+  one measured sentence per task, parameter counts and the figures. One function on
+  purpose: the page's sections read in the order they are written."""
+  variants = [v for v in config.variants if v in summary['parameters']]
+  tasks = list(summary['tasks'])
+  conf = int(round(100 * summary['confidence']))
+  m = config.model
+  lines = ['# Attention probes', '',
+           'Every attention variant trained from scratch on synthetic tasks '
+           '(sharedbert/experiments/probe_tasks.py) under one budget; see the README, "Attention probes".',
+           '']
+  lines += ['## Run', '']
+  if timing.get('command'):
+    lines += [f'- command: `{timing["command"]}`']
+  total_train = sum(sum(e['train_s']) for t in summary['tasks'].values()
+                    for e in t['variants'].values())
+  total_wall = sum(sum(e['wall_s']) for t in summary['tasks'].values()
+                   for e in t['variants'].values())
+  if timing.get('wall_s') is not None:
+    lines += [f'- wall time of the invocation that trained: {timing["wall_s"]:.0f} s '
+              f'({timing["wall_s"] / 60:.1f} min) on {timing.get("cpu_count")} CPU cores '
+              f'(load average {timing.get("load_start")} at the start, '
+              f'{timing.get("load_end")} at the end)' +
+              ('; this report was rewritten later with --report_only'
+               if timing.get('report_only') else '')]
+  else:
+    lines += ['- this report was written with --report_only; no timing of the training was kept']
+  lines += [f'- summed over runs: {total_wall:.0f} s per-run wall time, of which {total_train:.0f} s '
+            'in the compiled training steps (the rest: compiling, data generation, evaluation)',
+            f'- preset `{config.preset}`; seeds {int(config.seeds)}; {int(config.total_steps)} steps '
+            f'of batch {int(config.batch_size)} per run, the same for every variant; AdamW lr '
+            f'{config.optim.lr:g}, {int(config.optim.warmup_steps)} warmup steps, then linear decay',
+            f'- model: L={m.num_layers}, D={m.hidden_size}, heads={m.num_heads}, FFN={m.mlp_dim}, '
+            f'sequence length {int(config.seq_len)}, {int(config.vocab_size)} content symbols '
+            f'+ {probe_tasks.NUM_SPECIAL} special tokens; evaluation on '
+            f'{int(config.eval_examples)} held-out sequences per task and seed',
+            '- tasks: ' + '; '.join(_task_text(config, t) for t in tasks), '']
+
+  lines += ['## Parameters', '',
+            'Counted from each variant\'s parameter tree (sharedbert.models.params); the encoder '
+            'includes the embeddings, the total adds the prediction head.', '']
+  std_p = summary['parameters'].get(REFERENCE)
+  rows = []
+  for v in variants:
+    p = summary['parameters'][v]
+    rel = (f'{100 * (p["attention"] - std_p["attention"]) / std_p["attention"]:+.1f}%'
+           if std_p else '–')
+    rows.append([f'`{v}`', f'{p["attention"]:,}', rel, f'{p["encoder"]:,}', f'{p["total"]:,}'])
+  lines += _table(['variant', 'attention (QKV + out)', 'vs standard', 'encoder', 'total'], rows)
+  lines += ['']
+
+  lines += ['## Accuracy', '',
+            f'Final held-out accuracy, mean ± std over seeds (n = seeds). Δ: the variant minus '
+            f'`standard`, paired by seed, with its {conf}% Student-t interval over seeds; '
+            '**bold** where the interval excludes 0 (a reliable difference).', '']
+  header = ['variant'] + [f'{t} (chance {_f(summary["tasks"][t]["chance"], 2)})' for t in tasks]
+  rows = []
+  for v in variants:
+    row = [f'`{v}`']
+    for t in tasks:
+      e = summary['tasks'][t]['variants'].get(v)
+      row.append('–' if e is None else f'{_f(e["mean"])} ± {_f(e["std"])} (n={e["n"]})')
+    rows.append(row)
+  lines += _table(header, rows) + ['']
+  rows = []
+  for v in variants:
+    if v == REFERENCE:
+      continue
+    row = [f'`{v}`']
+    for t in tasks:
+      d = summary['tasks'][t]['variants'].get(v, {}).get('vs_standard')
+      if d is None:
+        row.append('–')
+        continue
+      cell = f'{_signed(d["diff"])} [{_signed(d["ci"][0])}, {_signed(d["ci"][1])}]'
+      row.append(f'**{cell}**' if d['reliable'] else cell)
+    rows.append(row)
+  if rows:
+    lines += [f'Δ vs `standard` [{conf}% interval over seeds]:', '']
+    lines += _table(['variant'] + tasks, rows) + ['']
+
+  if 'directed' in summary['tasks']:
+    entry = summary['tasks']['directed']
+    rows = [[f'`{v}`', f'{_f(e["by_direction"]["after"][0])} ± '
+             f'{_f(e["by_direction"]["after"][1])}',
+             f'{_f(e["by_direction"]["before"][0])} ± {_f(e["by_direction"]["before"][1])}']
+            for v, e in entry['variants'].items() if 'by_direction' in e]
+    if rows:
+      lines += ['The directed task by direction (mean ± std over seeds):', '']
+      lines += _table(['variant', '"AFTER x" accuracy', '"BEFORE x" accuracy'], rows) + ['']
+
+  lines += ['## What each task shows', '',
+            'Written by sharedbert/experiments/probe_report.py from the numbers above.', '']
+  for t in tasks:
+    sentence = task_sentence(t, summary['tasks'][t])
+    if t == 'directed':
+      extra = direction_sentence(summary['tasks'][t])
+      sentence += (' ' + extra) if extra else ''
+    lines += [f'- {sentence}']
+  lines += ['']
+
+  lines += ['## Figures', '', '![accuracy during training](curves.png)', '',
+            '![final accuracy per seed](final.png)', '']
+  lines += ['## How to read this', '',
+            '- Every variant sees the same training batches and the same held-out set for a '
+            'given seed, and is initialised from the same random key; only the attention '
+            'differs.',
+            '- "Reliable" is about seeds: the interval of the per-seed differences excludes 0. '
+            f'With {int(config.seeds)} seeds the interval is wide (t quantile '
+            f'{_t_quantile(summary["confidence"], int(config.seeds)):.2f}); a difference it '
+            'does not call reliable may still be real.',
+            '- Where `standard` itself stays less than halfway from chance to perfect, the '
+            'budget is short for the task: a variant above it learned faster, which is not '
+            'the same as being able to learn what `standard` cannot.', '']
+  return '\n'.join(lines)
+
+
+def _t_quantile(confidence: float, n: int) -> float:
+  from scipy import stats as sp_stats
+  return float(sp_stats.t.ppf(0.5 + confidence / 2, max(n - 1, 1)))
+
+
+def _json_ready(summary: dict, config, timing: dict) -> dict:
+  out = {'config': {'preset': config.preset, 'seeds': int(config.seeds),
+                    'variants': list(config.variants), 'tasks': list(config.tasks),
+                    'total_steps': int(config.total_steps), 'batch_size': int(config.batch_size),
+                    'seq_len': int(config.seq_len), 'vocab_size': int(config.vocab_size),
+                    'lr': float(config.optim.lr), 'model': dict(config.model)},
+         'timing': timing, 'confidence': summary['confidence'],
+         'parameters': summary['parameters'], 'tasks': {}}
+  for task, entry in summary['tasks'].items():
+    t = {'chance': entry['chance'], 'knobs': entry['knobs'], 'variants': {}}
+    for v, e in entry['variants'].items():
+      t['variants'][v] = {k: e[k] for k in ('mean', 'std', 'n', 'seeds', 'accuracy', 'steps',
+                                            'curves')}
+      for k in ('by_direction', 'vs_standard'):
+        if k in e:
+          t['variants'][v][k] = e[k]
+    out['tasks'][task] = t
+  return out
+
+
+def write_report(config, workdir: str, runs: dict, timing: dict) -> str:
+  """Writes report.md, summary.json, curves.png and final.png; returns report.md's path."""
+  summary = summarize(config, runs)
+  variants = [v for v in config.variants if v in summary['parameters']]
+  jsonio.write_json(os.path.join(workdir, 'summary.json'), _json_ready(summary, config, timing))
+  if variants:
+    plot_curves(summary, variants, os.path.join(workdir, 'curves.png'))
+    plot_final(summary, variants, os.path.join(workdir, 'final.png'))
+  path = os.path.join(workdir, 'report.md')
+  jsonio.write_text(path, render(config, summary, timing) + '\n')
+  return path

@@ -1,0 +1,398 @@
+r"""The controlled study: every variant under one recipe, read from one report.
+
+  python -m sharedbert.experiments.study --config=configs/study.py:cpu --workdir=W
+  python -m sharedbert.experiments.study --config=configs/study.py:cpu --workdir=W --report_only
+
+Stages, in order (configs/study.py describes every key):
+  1. pretraining: each variant from configs/<variant>_base.py:<pretrain.arg> with the
+     same overrides; the first variant learns the vocabulary and every other variant
+     reuses that file, so all see the same token ids, rows, masks and batch order.
+  2. GLUE: sharedbert.tasks.finetune (its TaskRun, one per variant and task, and its run_seed)
+     with configs/glue.py plus `glue.override`, seeds 0..seeds-1, on `glue.tasks` (or, with
+     'auto', every task of the glue_data folder with a train.tsv and its dev file(s)).
+     Then each baseline of `baselines`: 'none' is the `standard` architecture (its
+     config.json and the shared vocabulary) fine-tuned from random weights, the same way.
+  3. robustness (sharedbert.evaluators.robustness) and cross-domain transfer (sharedbert.evaluators.crossdomain)
+     on each fine-tuned model, right after it is trained (fine-tuned weights are not kept).
+  4. SQuAD (sharedbert.tasks.squad), when squad.versions is set.
+  5. W/report.md, W/summary.json and W/*.png (sharedbert.experiments.study_report), with the verdict
+     of every variant against `standard` and what pretraining buys.
+
+Workdir layout:
+  config.json                                the study config
+  pretrain/<variant>/                        a sharedbert.train workdir; study_done.json when finished
+  glue/<variant>/<task>/seed_<s>/            sharedbert.tasks.finetune's per-seed files (metrics.json, dev predictions)
+  glue/none/, runs/none/                     the same for the `none` baseline (no pretrain/none)
+  runs/<variant>/<task>/seed_<s>.json        one fine-tuned model: GLUE dev record, robustness,
+                                             cross-domain, timings (its presence = finished)
+  squad/<variant>/v<version>/seed_<s>.json   SQuAD results
+  report.md, *.png
+
+A killed study resumes with the same command: finished pretraining runs and every run
+whose result file exists are skipped (result files are written to a temporary name and
+renamed). Fine-tuning a seed is redone if its result file is missing, so robustness and
+cross-domain always see the weights the GLUE figures came from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from sharedbert.utils import jsonio
+from sharedbert.errors import UserError, one_line_errors
+# The plan (configs, tasks, baselines, result paths) lives in study_plan, which the report
+# reads too; its names are part of this module's interface.
+from sharedbert.experiments.study_plan import (  # noqa: F401
+    BASELINES, DONE_FILE, REPO_CONFIGS, baselines_of, crossdomain_plan, discover_glue_tasks,
+    glue_config, listed_glue_tasks, load_config_file, merge_overrides, pretrain_config,
+    pretrain_dir, resolve_glue_tasks, rows_of, run_file, variants_of, _glue_source,
+    _transfers_from)
+
+FLAGS = flags.FLAGS
+
+write_json = jsonio.write_json
+read_json = jsonio.read_json
+
+
+# ---------------------------------------------------------------------------------------
+# Stage 1: pretraining.
+
+read_metrics_jsonl = jsonio.read_jsonl
+
+
+# How a study is given its corpus (configs/study.py), named in corpus errors' hints.
+STUDY_CORPUS_KEY = 'corpus= after the preset (e.g. configs/study.py:cpu,corpus=PATH)'
+
+def pretrain_summary(run_dir: str) -> dict:
+  """Final held-out MLM figures and the mean step time from a run's metrics.jsonl."""
+  lines = read_metrics_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
+  train = [l for l in lines if 'loss' in l and 'step_time' in l]
+  evals = [l for l in lines if 'eval_loss' in l]
+  step_times = [l['step_time'] for l in train]
+  out = {'steps': max((l.get('step', 0) for l in lines), default=0),
+         'step_time_mean': float(np.mean(step_times)) if step_times else None,
+         'step_time_median': float(np.median(step_times)) if step_times else None}
+  if evals:
+    last = evals[-1]
+    out.update(eval_loss=last['eval_loss'], eval_mlm_accuracy=last.get('eval_mlm_accuracy'),
+               eval_majority_accuracy=last.get('eval_majority_accuracy'))
+  if train:
+    out['train_loss'] = train[-1]['loss']
+  return out
+
+
+def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
+  from sharedbert import train as train_lib
+  from sharedbert.data import tokenizer as tokenizer_lib
+  summaries = {}
+  shared_vocab = os.path.join(pretrain_dir(workdir, variants[0]), tokenizer_lib.VOCAB_FILE)
+  for variant in variants:
+    run_dir = pretrain_dir(workdir, variant)
+    done = os.path.join(run_dir, DONE_FILE)
+    if tf.io.gfile.exists(done):
+      summaries[variant] = read_json(done)
+      logging.info('study: pretraining %s already finished (%s)', variant, run_dir)
+      continue
+    cfg = pretrain_config(config, variant)
+    tf.io.gfile.makedirs(run_dir)
+    vocab = os.path.join(run_dir, tokenizer_lib.VOCAB_FILE)
+    if variant != variants[0] and not tf.io.gfile.exists(vocab):
+      # One vocabulary for all: the same token ids, hence the same rows and batches.
+      tf.io.gfile.copy(shared_vocab, vocab)
+    logging.info('study: pretraining %s for %d steps in %s', variant, cfg.total_steps, run_dir)
+    t0 = time.time()
+    train_lib.train_and_evaluate(cfg, run_dir)
+    summary = pretrain_summary(run_dir)
+    summary.update(variant=variant, wall_s=round(time.time() - t0, 1),
+                   total_steps=int(cfg.total_steps), batch_size=int(cfg.data.batch_size),
+                   seq_len=int(cfg.data.seq_len), seed=int(cfg.seed))
+    write_json(done, summary)
+    summaries[variant] = summary
+  return summaries
+
+
+# ---------------------------------------------------------------------------------------
+# Stages 2 and 3: GLUE fine-tuning, robustness and cross-domain per fine-tuned model.
+
+def traced_task_run(base_cls):
+  """A finetune.TaskRun subclass that keeps the params of each seed's last dev evaluation."""
+  class TracedTaskRun(base_cls):
+    last_params = None
+
+    def evaluate_dev(self, params):
+      # Called after every epoch with the current params; the last call's are the final
+      # weights (the study reports the last epoch). Nothing donates them after that.
+      self.last_params = params
+      return super().evaluate_dev(params)
+  return TracedTaskRun
+
+
+def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
+  """Fine-tunes `variant` on `task` for every seed whose result file is missing, then each
+  baseline of its architecture from random weights, on the same TaskRun: the same
+  training examples and batches, and the same compiled steps."""
+  seeds = list(range(int(config.seeds)))
+  rows = rows_of(config, variant)
+  todo = {row: [s for s in seeds if not tf.io.gfile.exists(run_file(workdir, row, task, s))]
+          for row in rows}
+  if not any(todo.values()):
+    logging.info('study: %s %s: all %d seeds finished', '/'.join(rows), task, len(seeds))
+    return
+  import flax.linen as nn
+  import jax
+  from sharedbert.tasks import finetune
+  from sharedbert import sharding
+
+  init_from = pretrain_dir(workdir, variant)
+  cfg = glue_config(config, init_from, task)
+  finetune.validate(cfg)
+  mesh = sharding.make_mesh(cfg.mesh)
+  axis_rules = sharding.rules(cfg)
+  pretrained = finetune.open_pretrained(init_from)
+  finetune.check_fit(cfg, pretrained, [task], mesh)  # As the GLUE run's preflight.
+  target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+  encoder_params, step = finetune.restore_encoder_params(init_from, target)
+  t0 = time.time()
+  run = traced_task_run(finetune.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
+                                          encoder_params, step, _glue_dir(workdir, variant))
+  setup_s = time.time() - t0
+  evaluators = _evaluators(config, run, task)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    for row in rows:
+      if not todo[row]:
+        continue
+      row_run = run
+      if row != variant:
+        # A baseline: this architecture and vocabulary, random weights; nothing else changes.
+        row_run = run.from_scratch(glue_config(config, init_from, task, from_scratch=True),
+                                   _glue_dir(workdir, row))
+      for i, seed in enumerate(todo[row]):
+        result = _run_seed(row_run, seed, len(todo[row]) - i - 1, evaluators)
+        result.update(variant=row, task=task, setup_s=round(setup_s, 2))
+        write_json(run_file(workdir, row, task, seed), result)
+        logging.info('study: %s %s seed %d: dev score %.4f%s', row, task, seed,
+                     result['score'], ''.join(f'; {k} {v["score"]:.4f}'
+                                              for k, v in result['crossdomain'].items()))
+
+
+def _glue_dir(workdir: str, row: str) -> str:
+  path = os.path.join(workdir, 'glue', row)
+  tf.io.gfile.makedirs(path)
+  return path
+
+
+def _evaluators(config, run, task: str) -> dict:
+  """What each fine-tuned model of `run` is scored on besides GLUE: the noisy dev set
+  (robustness.tasks) and the cross-domain targets whose source is `task`."""
+  from sharedbert.evaluators import crossdomain
+  from sharedbert.tasks import finetune
+  from sharedbert.evaluators import robustness
+  from sharedbert.metrics import glue as glue_metrics
+  from sharedbert.tasks import engine
+  spec = run.spec
+  out = {'robustness': None, 'transfers': []}
+  rob = config.robustness
+  if task in tuple(rob.tasks):
+    dev = run.features[spec.dev_splits[0]]
+
+    def task_score(logits, labels=dev.labels):
+      preds = logits[:, 0] if spec.is_regression else np.argmax(logits, axis=-1)
+      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, labels))
+
+    out['robustness'] = dict(
+        noisy_predict=robustness.make_noisy_predict(run.model),
+        batches=robustness.make_batches(dev.input_ids, dev.segment_ids,
+                                        int(rob.eval_batch_size)),
+        task_score=task_score, levels=list(rob.levels),
+        noise_seeds=list(range(int(rob.noise_seeds))))
+  glue_dir, tfds_dir = _glue_source(config)
+  seq_len = run.config.data.seq_len
+  for t in _transfers_from(config, task):
+    examples = crossdomain.load_target_examples(
+        t, glue_dir=glue_dir, tfds_data_dir=config.crossdomain.tfds_data_dir or tfds_dir,
+        max_examples=int(config.crossdomain.max_target_examples))
+    # Tokenized as the source task's inputs; the labels are read from the examples.
+    feats = finetune.featurize(examples, run.pretrained.tokenizer, seq_len, spec)
+    feats = feats.crop(engine.padded_width(feats.lengths, seq_len))
+    labels = np.asarray([ex.label for ex in examples], np.float64)
+    out['transfers'].append((t, feats, labels))
+  out['threshold'] = float(config.crossdomain.stsb_threshold)
+  return out
+
+
+def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
+  """Fine-tunes one seed and scores the final weights: the study's result record."""
+  from sharedbert.evaluators import crossdomain
+  from sharedbert.tasks import finetune
+  from sharedbert.evaluators import robustness
+  # A missing result file means this seed's weights are gone: fine-tune it again.
+  seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
+  if tf.io.gfile.exists(seed_metrics):
+    tf.io.gfile.remove(seed_metrics)
+  run.last_params = None
+  t_seed = time.time()
+  record = run.run_seed(seed, seeds_left=seeds_left, is_chief=True)
+  finetune_s = time.time() - t_seed
+  params, run.last_params = run.last_params, None
+  if params is None:
+    raise RuntimeError('finetune.TaskRun.run_seed did not evaluate the dev set')
+  dev_split = run.spec.dev_splits[0]
+  dev = record['dev'][dev_split]
+  result = {
+      'seed': seed, 'dev_split': dev_split, 'score': dev['score'], 'metrics': dev['metrics'],
+      'score_ci': dev['score_ci'], 'predictions': np.asarray(dev['predictions']).tolist(),
+      'labels': np.asarray(run.features[dev_split].labels).tolist(),
+      'majority_baseline': run.majority_baseline(dev_split),
+      'majority_prediction': run.majority_prediction(),
+      'from_scratch': bool(run.config.from_scratch),
+      'num_train': len(run.train), 'num_train_total': run.num_train_total,
+      'num_epochs': int(run.config.num_epochs), 'steps': record['steps'],
+      'epoch_time_s': [e['time_s'] for e in record['epochs']],
+      'finetune_wall_s': round(finetune_s, 2), 'pretrained_step': run.pretrained_step,
+  }
+  rob = evaluators['robustness']
+  if rob:
+    t_rob = time.time()
+    result['robustness'] = robustness.evaluate(rob['noisy_predict'], params, rob['batches'],
+                                               rob['task_score'], rob['levels'],
+                                               rob['noise_seeds'])
+    result['robustness']['wall_s'] = round(time.time() - t_rob, 2)
+  result['crossdomain'] = {}
+  threshold = evaluators['threshold']
+  for t, feats, labels in evaluators['transfers']:
+    entry = crossdomain.score(t, run.predict(params, feats), labels, threshold)
+    entry['mapping'] = crossdomain.describe(t, threshold)
+    result['crossdomain'][t.name] = entry
+  return result
+
+
+def run_glue(config, workdir: str, variants: list[str], tasks: list[str]) -> None:
+  for task in tasks:
+    for variant in variants:
+      run_glue_task(config, workdir, variant, task)  # And the baselines of its architecture.
+
+
+# ---------------------------------------------------------------------------------------
+# Stage 4: SQuAD.
+
+def run_squad(config, workdir: str, variants: list[str]) -> None:
+  versions = tuple(config.squad.versions)
+  if not versions:
+    return
+  from sharedbert.tasks import squad
+  for version in versions:
+    for variant in variants:
+      for seed in range(int(config.seeds)):
+        path = os.path.join(workdir, 'squad', variant, f'v{version}', f'seed_{seed}.json')
+        if tf.io.gfile.exists(path):
+          continue
+        result = squad.finetune_and_evaluate(
+            config.squad, version=version, init_from=pretrain_dir(workdir, variant), seed=seed,
+            workdir=os.path.dirname(path))
+        write_json(path, result)
+
+
+# ---------------------------------------------------------------------------------------
+# The whole study.
+
+def write_study_config(config, workdir: str) -> None:
+  tf.io.gfile.makedirs(workdir)
+  path = os.path.join(workdir, 'config.json')
+  new = json.loads(config.to_json_best_effort())
+  if tf.io.gfile.exists(path):
+    old = read_json(path)
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
+                     and k not in ('report_only',))
+    if changed:
+      logging.warning('study: the config differs from the one in %s in %s; finished runs '
+                      'are kept as they are', path, ', '.join(changed))
+  write_json(path, new)
+
+
+def preflight(config, workdir: str, variants: list[str]) -> None:
+  """What a user's mistake can fail, checked before the study writes anything: every
+  value (sharedbert/config/validation.py), the workdir, the mesh and corpus of the pretraining
+  runs, and the GLUE data of every task."""
+  from sharedbert.tasks import finetune
+  from sharedbert import train as train_lib
+  from sharedbert.config import checks as config_checks
+  from sharedbert.config import validation
+  from sharedbert.data import sources
+  if not pretrain_config(config, variants[0]).data.corpus:
+    raise UserError(f'the {config.preset} study has no data: give it the folder holding '
+                    f'corpus/ and glue/, --config=configs/study.py:{config.preset},data=DIR '
+                    '(or corpus=PATH for the pretraining text alone)')
+  config_checks.study(config)
+  validation.workdir(workdir)
+  try:
+    train_lib.preflight(pretrain_config(config, variants[0]))
+  except sources.CorpusError as e:  # The study takes its corpus after the preset's colon.
+    raise UserError(str(e).replace(sources.CORPUS_KEY, STUDY_CORPUS_KEY)) from e
+  tasks, _ = resolve_glue_tasks(config)
+  for task in tasks:
+    cfg = glue_config(config, pretrain_dir(workdir, variants[0]), task)
+    for name in finetune.resolve_tasks(cfg):
+      finetune.check_task_data(cfg, name)
+
+
+def run_study(config, workdir: str, *, report_only: bool = False) -> str:
+  """Runs (or resumes) every stage, then writes W/report.md; returns its path."""
+  from sharedbert.experiments import study_report
+  workdir = os.fspath(workdir)
+  if '://' not in workdir:
+    workdir = os.path.abspath(workdir)
+  variants = variants_of(config)
+  if not report_only:
+    preflight(config, workdir, variants)
+    write_study_config(config, workdir)
+    tasks, skipped = resolve_glue_tasks(config)
+    for task, why in skipped:
+      logging.warning('study: skipping GLUE task %s: %s', task, why)
+    t0 = time.time()
+    run_pretraining(config, workdir, variants)
+    logging.info('study: pretraining done (%.0fs)', time.time() - t0)
+    run_glue(config, workdir, variants, tasks)
+    run_squad(config, workdir, variants)
+    logging.info('study: all runs done (%.0fs)', time.time() - t0)
+  path = study_report.write_report(config, workdir, variants)
+  logging.info('study: wrote %s', path)
+  return path
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  import jax
+  import tensorflow as tf
+  tf.config.set_visible_devices([], 'GPU')  # TensorFlow only reads data.
+  # A resumed study recompiles nothing it compiled before, and tasks of equal shapes share
+  # their programs.
+  if not jax.config.jax_compilation_cache_dir and '://' not in FLAGS.workdir:
+    jax.config.update('jax_compilation_cache_dir', os.path.join(FLAGS.workdir, 'jax_cache'))
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
+  with one_line_errors('sharedbert study', FLAGS.verbose):
+    run_study(FLAGS.config, FLAGS.workdir, report_only=FLAGS.report_only)
+
+
+def _define_flags():
+  from ml_collections import config_flags
+  config_flags.DEFINE_config_file('config', None, 'The study config (configs/study.py:PRESET).',
+                                  lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Where the study writes everything.')
+  flags.DEFINE_bool('report_only', False, 'Only (re)write the report from finished runs.')
+  flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
+  flags.mark_flags_as_required(['config', 'workdir'])
+
+
+if __name__ == '__main__':
+  _define_flags()
+  from sharedbert import cli
+  app.run(main, flags_parser=cli.flags_parser('sharedbert study', 'sharedbert.experiments.study'))

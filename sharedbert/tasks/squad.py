@@ -1,0 +1,523 @@
+"""SQuAD v1.1 and v2.0: span-extraction fine-tuning and the official evaluation.
+
+Data: the official JSON files (train-v1.1.json, dev-v1.1.json, train-v2.0.json,
+dev-v2.0.json) from a folder, or tfds `squad/v1.1` / `squad/v2.0` (`read_examples`).
+
+Features (`featurize`): [CLS] question [SEP] context-window [SEP], the question cut to
+`max_query_len` tokens; a context longer than the window is split into windows that start
+every `doc_stride` tokens (BERT's run_squad). Sentencepiece gives each context token its
+character span, so answers map to token positions exactly and predicted spans are cut from
+the original context. A training answer outside a window, and a v2 question without an
+answer, point at [CLS] (position 0).
+
+Model (`BertForQuestionAnswering`): the encoder plus one dense layer giving a start and an
+end logit per token.
+
+Decoding (`decode`): per question, over all its windows, the best span (start <= end,
+both in the context, at most `max_answer_len` tokens, the start token in the window where
+it has the most context: BERT's `_check_is_max_context`) by start + end logit among the
+`n_best` highest starts and ends. v2: the no-answer score is the lowest [CLS] start + end
+logit over the question's windows; the question gets no answer when that score minus the
+best span's exceeds a threshold, chosen on dev to maximise F1 (`best_threshold`, the
+official script's procedure; reported beside the threshold-0 figures).
+
+Metrics (`evaluate`): as the official evaluate-v1.1.py and evaluate-v2.0.py define them:
+lower-case, drop punctuation and the articles a/an/the, collapse whitespace; exact match
+and token F1, the best over the gold answers; v2 adds HasAns_* / NoAns_* and an
+unanswerable question's gold answer is the empty string. Figures x100 as the scripts print.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+import string
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+from sharedbert.errors import UserError
+
+# ---------------------------------------------------------------------------------------
+# The official metrics.
+
+
+def normalize_answer(s: str) -> str:
+  """Lower text and remove punctuation, articles and extra whitespace (official scripts)."""
+  s = s.lower()
+  exclude = set(string.punctuation)
+  s = ''.join(ch for ch in s if ch not in exclude)
+  s = re.sub(r'\b(a|an|the)\b', ' ', s, flags=re.UNICODE)
+  return ' '.join(s.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+  return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1(prediction: str, gold: str, version: str = '1.1') -> float:
+  """Token F1 after normalisation. v2.0: two empty answers score 1, one empty scores 0
+  (evaluate-v2.0.py); v1.1 scores 0 whenever nothing is shared (evaluate-v1.1.py)."""
+  pred_tokens = normalize_answer(prediction).split()
+  gold_tokens = normalize_answer(gold).split()
+  if version == '2.0' and (not pred_tokens or not gold_tokens):
+    return float(pred_tokens == gold_tokens)
+  common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+  num_same = sum(common.values())
+  if num_same == 0:
+    return 0.0
+  precision = num_same / len(pred_tokens)
+  recall = num_same / len(gold_tokens)
+  return 2 * precision * recall / (precision + recall)
+
+
+def gold_answers(answers: Sequence[str], version: str) -> list[str]:
+  """v2.0 drops answers that normalise to nothing; no answer at all means ['']."""
+  if version == '1.1':
+    return list(answers)
+  kept = [a for a in answers if normalize_answer(a)]
+  return kept or ['']
+
+
+def score_question(prediction: str, answers: Sequence[str], version: str) -> tuple[float, float]:
+  """(exact, f1) of one prediction: the best over the gold answers."""
+  golds = gold_answers(answers, version)
+  return (max(exact_match(prediction, g) for g in golds),
+          max(f1(prediction, g, version) for g in golds))
+
+
+def best_threshold(predictions: dict, raw_scores: dict, no_answer_scores: dict,
+                   has_answer: dict) -> tuple[float, float]:
+  """The no-answer threshold that maximises a metric, as evaluate-v2.0.py's find_best_thresh.
+
+  predictions: qid -> best non-empty answer; raw_scores: qid -> its exact or F1 (0/1 or
+  [0, 1]); no_answer_scores: qid -> how strongly "no answer" is predicted (higher: more);
+  a question gets no answer when its no-answer score > threshold. Returns (best metric in
+  percent, threshold).
+  """
+  num_no_answer = sum(1 for q in raw_scores if not has_answer[q])
+  current = best = float(num_no_answer)
+  threshold = 0.0
+  for qid in sorted(no_answer_scores, key=lambda q: no_answer_scores[q]):
+    if qid not in raw_scores:
+      continue
+    if has_answer[qid]:
+      diff = raw_scores[qid]
+    else:
+      diff = -1.0 if predictions[qid] else 0.0
+    current += diff
+    if current > best:
+      best = current
+      threshold = no_answer_scores[qid]
+  return 100.0 * best / len(raw_scores), threshold
+
+
+def evaluate(examples: Sequence['SquadExample'], predictions: dict, version: str,
+             no_answer_scores: Optional[dict] = None) -> dict:
+  """The official figures: exact and f1 (x100); v2 also HasAns_* / NoAns_* and, given
+  no-answer scores, best_exact / best_f1 and their thresholds.
+
+  predictions: qid -> answer text ('' = no answer).
+  """
+  missing = [ex.qid for ex in examples if ex.qid not in predictions]
+  if missing:
+    raise ValueError(f'no prediction for {len(missing)} questions, e.g. {missing[:3]}')
+  exact, f1s, has = {}, {}, {}
+  for ex in examples:
+    exact[ex.qid], f1s[ex.qid] = score_question(predictions[ex.qid], ex.answers, version)
+    has[ex.qid] = bool(gold_answers(ex.answers, version) != [''])
+  n = len(examples)
+  out = {'exact': 100.0 * sum(exact.values()) / n, 'f1': 100.0 * sum(f1s.values()) / n,
+         'total': n}
+  if version == '2.0':
+    for name, keep in (('HasAns', True), ('NoAns', False)):
+      qids = [q for q in exact if has[q] == keep]
+      if qids:
+        out[f'{name}_exact'] = 100.0 * sum(exact[q] for q in qids) / len(qids)
+        out[f'{name}_f1'] = 100.0 * sum(f1s[q] for q in qids) / len(qids)
+        out[f'{name}_total'] = len(qids)
+  return out
+
+
+# ---------------------------------------------------------------------------------------
+# Examples.
+
+@dataclasses.dataclass(frozen=True)
+class SquadExample:
+  qid: str
+  question: str
+  context: str
+  answers: tuple[str, ...]          # Gold answer texts (v2 unanswerable: empty).
+  answer_starts: tuple[int, ...]    # Their character offsets in the context.
+  is_impossible: bool = False
+
+
+def _file_name(version: str, split: str) -> str:
+  return f'{"train" if split == "train" else "dev"}-v{version}.json'
+
+
+def _exists(path: str) -> bool:
+  import tensorflow as tf
+  return tf.io.gfile.exists(path)
+
+
+def read_json_file(path: str) -> list[SquadExample]:
+  """Examples of an official SQuAD JSON file (v1.1 or v2.0)."""
+  import tensorflow as tf
+  try:
+    with tf.io.gfile.GFile(path) as f:  # Local or remote (gs://).
+      data = json.load(f)['data']
+  except (OSError, tf.errors.OpError, ValueError, KeyError) as e:
+    raise UserError(f'cannot read the SQuAD file {path}: {e}') from None
+  out = []
+  for article in data:
+    for paragraph in article['paragraphs']:
+      context = paragraph['context']
+      for qa in paragraph['qas']:
+        answers = qa.get('answers', [])
+        out.append(SquadExample(
+            qid=qa['id'], question=qa['question'], context=context,
+            answers=tuple(a['text'] for a in answers),
+            answer_starts=tuple(int(a['answer_start']) for a in answers),
+            is_impossible=bool(qa.get('is_impossible', False))))
+  return out
+
+
+def read_tfds(version: str, split: str, data_dir: Optional[str]) -> list[SquadExample]:
+  import tensorflow_datasets as tfds
+  name = f'squad/v{version}'
+  try:
+    ds = tfds.builder(name, data_dir=data_dir or None).as_dataset(split=split)
+  except Exception as e:  # Not prepared: tfds raises several kinds of errors.
+    raise UserError(f'tfds {name} is not prepared in {data_dir or "the default data dir"} '
+                    f'({type(e).__name__}); run `tfds build {name}` with network access, or '
+                    'set squad.data_dir to a folder with the official JSON files') from None
+  out = []
+  for ex in tfds.as_numpy(ds):
+    texts = tuple(t.decode('utf-8') for t in ex['answers']['text'])
+    starts = tuple(int(s) for s in ex['answers']['answer_start'])
+    impossible = bool(ex.get('is_impossible', not texts))
+    out.append(SquadExample(ex['id'].decode('utf-8'), ex['question'].decode('utf-8'),
+                            ex['context'].decode('utf-8'), () if impossible else texts,
+                            () if impossible else starts, impossible))
+  return out
+
+
+def read_examples(version: str, split: str, *, data_dir: str = '',
+                  tfds_data_dir: str = '') -> list[SquadExample]:
+  """split: 'train' or 'validation'. A data_dir with the official files wins over tfds."""
+  if version not in ('1.1', '2.0'):
+    raise UserError(f'unknown SQuAD version {version!r}; use 1.1 or 2.0')
+  if data_dir:
+    path = os.path.join(data_dir, _file_name(version, split))
+    if not _exists(path):
+      raise UserError(f'{path} not found; squad.data_dir must hold the official '
+                      f'{_file_name(version, "train")} and {_file_name(version, "validation")}')
+    return read_json_file(path)
+  return read_tfds(version, split, tfds_data_dir)
+
+
+# ---------------------------------------------------------------------------------------
+# Tokens with character spans, and windowed features.
+
+def tokenize_with_spans(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+  """Token ids and each token's (start, end) character span in `text`, whitespace excluded."""
+  if not hasattr(tokenizer, 'sp'):  # WordPiece: the tokenizers library gives the offsets.
+    return tokenizer.encode_with_offsets(text)
+  proto = tokenizer.sp.encode(text, out_type='proto')
+  raw = text.encode('utf-8')
+  # Byte offset -> character offset.
+  char_of_byte = np.zeros(len(raw) + 1, np.int64)
+  pos = 0
+  for i, ch in enumerate(text):
+    n = len(ch.encode('utf-8'))
+    char_of_byte[pos:pos + n] = i
+    pos += n
+  char_of_byte[pos] = len(text)
+  ids, spans = [], []
+  for piece in proto.pieces:
+    start, end = int(char_of_byte[piece.begin]), int(char_of_byte[piece.end])
+    while start < end and text[start].isspace():
+      start += 1
+    if start == end and piece.begin == piece.end:
+      start = end = int(char_of_byte[piece.begin])
+    ids.append(int(piece.id))
+    spans.append((start, end))
+  return ids, spans
+
+
+@dataclasses.dataclass
+class Features:
+  input_ids: np.ndarray        # [F, T]
+  segment_ids: np.ndarray      # [F, T]
+  start_positions: np.ndarray  # [F] (0 = [CLS]: no answer in this window)
+  end_positions: np.ndarray    # [F]
+  example_index: np.ndarray    # [F] the feature's question
+  token_spans: list            # per feature: {token position: (char start, char end)}
+  max_context: list            # per feature: {token position: bool}
+
+  def __len__(self):
+    return len(self.example_index)
+
+
+def _windows(num_tokens: int, window: int, stride: int) -> list[tuple[int, int]]:
+  """(start, length) of the context windows, as BERT's run_squad."""
+  spans, start = [], 0
+  while True:
+    length = min(window, num_tokens - start)
+    spans.append((start, length))
+    if start + length >= num_tokens:
+      return spans
+    start += min(length, stride)
+
+
+def _is_max_context(spans: list[tuple[int, int]], index: int, position: int) -> bool:
+  """Whether window `index` gives token `position` its most context (BERT's rule)."""
+  best, best_index = None, None
+  for i, (start, length) in enumerate(spans):
+    end = start + length - 1
+    if position < start or position > end:
+      continue
+    score = min(position - start, end - position) + 0.01 * length
+    if best is None or score > best:
+      best, best_index = score, i
+  return best_index == index
+
+
+def featurize(examples: Sequence[SquadExample], tokenizer, *, seq_len: int, doc_stride: int,
+              max_query_len: int, is_training: bool) -> Features:
+  CLS_ID, SEP_ID = tokenizer.cls_id, tokenizer.sep_id
+  ids_out, segs_out, starts, ends, ex_index, spans_out, maxctx_out = [], [], [], [], [], [], []
+  for e_i, ex in enumerate(examples):
+    q_ids = tokenizer.encode([ex.question])[0][:max_query_len]
+    c_ids, c_spans = tokenize_with_spans(tokenizer, ex.context)
+    window = seq_len - len(q_ids) - 3
+    if window < 1:
+      raise UserError(f'squad.seq_len={seq_len} leaves no room for the context after a '
+                      f'{len(q_ids)}-token question; raise seq_len or lower max_query_len')
+    tok_start = tok_end = None
+    if is_training and ex.answers and not ex.is_impossible:
+      a_start = ex.answer_starts[0]
+      a_end = a_start + len(ex.answers[0])
+      inside = [i for i, (s, e) in enumerate(c_spans) if s < a_end and e > a_start]
+      if inside:
+        tok_start, tok_end = inside[0], inside[-1]
+    windows = _windows(len(c_ids), window, doc_stride)
+    for w_i, (w_start, w_len) in enumerate(windows):
+      ids = [CLS_ID] + q_ids + [SEP_ID]
+      segs = [0] * len(ids)
+      offset = len(ids)
+      token_spans, max_context = {}, {}
+      for j in range(w_len):
+        token_spans[offset + j] = c_spans[w_start + j]
+        max_context[offset + j] = _is_max_context(windows, w_i, w_start + j)
+      ids += c_ids[w_start:w_start + w_len] + [SEP_ID]
+      segs += [1] * (w_len + 1)
+      start_pos = end_pos = 0
+      if tok_start is not None and w_start <= tok_start and tok_end < w_start + w_len:
+        start_pos, end_pos = offset + tok_start - w_start, offset + tok_end - w_start
+      row = np.zeros(seq_len, np.int32)
+      row[:len(ids)] = ids
+      seg = np.zeros(seq_len, np.int32)
+      seg[:len(segs)] = segs
+      ids_out.append(row)
+      segs_out.append(seg)
+      starts.append(start_pos)
+      ends.append(end_pos)
+      ex_index.append(e_i)
+      spans_out.append(token_spans)
+      maxctx_out.append(max_context)
+  return Features(np.stack(ids_out), np.stack(segs_out), np.asarray(starts, np.int32),
+                  np.asarray(ends, np.int32), np.asarray(ex_index, np.int64), spans_out,
+                  maxctx_out)
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding.
+
+def decode(examples: Sequence[SquadExample], features: Features, start_logits: np.ndarray,
+           end_logits: np.ndarray, *, n_best: int = 20,
+           max_answer_len: int = 30) -> tuple[dict, dict]:
+  """(qid -> best non-empty answer text, qid -> no-answer score minus best span score).
+
+  A question with no valid span in any window gets '' and an infinite no-answer margin.
+  """
+  by_example = collections.defaultdict(list)
+  for f_i, e_i in enumerate(features.example_index):
+    by_example[int(e_i)].append(f_i)
+  answers, margins = {}, {}
+  for e_i, ex in enumerate(examples):
+    best_score, best_span = -np.inf, None
+    null_score = np.inf
+    for f_i in by_example.get(e_i, []):
+      s_log, e_log = start_logits[f_i], end_logits[f_i]
+      null_score = min(null_score, float(s_log[0] + e_log[0]))
+      spans, maxctx = features.token_spans[f_i], features.max_context[f_i]
+      top_starts = np.argsort(-s_log, kind='stable')[:n_best]
+      top_ends = np.argsort(-e_log, kind='stable')[:n_best]
+      for s in top_starts:
+        s = int(s)
+        if s not in spans or not maxctx.get(s, False):
+          continue
+        for e in top_ends:
+          e = int(e)
+          if e not in spans or e < s or e - s + 1 > max_answer_len:
+            continue
+          score = float(s_log[s] + e_log[e])
+          if score > best_score:
+            best_score, best_span = score, (spans[s][0], spans[e][1])
+    if best_span is None:
+      answers[ex.qid], margins[ex.qid] = '', np.inf
+    else:
+      answers[ex.qid] = ex.context[best_span[0]:best_span[1]].strip()
+      margins[ex.qid] = null_score - best_score
+  return answers, margins
+
+
+def apply_threshold(answers: dict, margins: dict, threshold: float) -> dict:
+  """v2: no answer where the no-answer margin exceeds the threshold."""
+  return {q: ('' if margins[q] > threshold else a) for q, a in answers.items()}
+
+
+def evaluate_predictions(examples, answers: dict, margins: dict, version: str) -> dict:
+  """v1.1: the official figures. v2.0: at threshold 0, and with the dev-tuned threshold
+  (best_f1_threshold applied: exact, f1, HasAns_*, NoAns_* under 'tuned')."""
+  if version == '1.1':
+    return evaluate(examples, answers, version)
+  out = evaluate(examples, apply_threshold(answers, margins, 0.0), version)
+  has = {ex.qid: gold_answers(ex.answers, version) != [''] for ex in examples}
+  raw = {ex.qid: score_question(answers[ex.qid], ex.answers, version) for ex in examples}
+  finite = {q: (m if np.isfinite(m) else 1e30) for q, m in margins.items()}
+  best_exact, exact_t = best_threshold(answers, {q: r[0] for q, r in raw.items()}, finite, has)
+  best_f1, f1_t = best_threshold(answers, {q: r[1] for q, r in raw.items()}, finite, has)
+  out.update(best_exact=best_exact, best_exact_thresh=exact_t, best_f1=best_f1,
+             best_f1_thresh=f1_t)
+  out['tuned'] = evaluate(examples, apply_threshold(answers, margins, f1_t), version)
+  return out
+
+
+# ---------------------------------------------------------------------------------------
+# Model and fine-tuning.
+
+def _qa_model_class():
+  import flax.linen as nn
+  import jax.numpy as jnp
+  from sharedbert.models import bert
+
+  class BertForQuestionAnswering(nn.Module):
+    """The encoder, then one dense layer: a start and an end logit per token."""
+    config: bert.ModelConfig
+
+    @nn.compact
+    def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True):
+      out = bert.BertEncoder(self.config, name='bert')(input_ids, segment_ids, input_mask,
+                                                       deterministic=deterministic)
+      logits = bert.dense(self.config, 2, ('embed', None), 'qa_outputs')(
+          out['sequence_output']).astype(jnp.float32)
+      # Padding can never be a start or an end.
+      logits = jnp.where(input_mask[..., None] > 0, logits, -1e9)
+      return logits[..., 0], logits[..., 1]
+
+  return BertForQuestionAnswering
+
+
+def optimizer_config(squad_cfg):
+  """The optimizer section of a SQuAD config: its `optim`, or its lr and warmup_fraction
+  with BERT's other values (sharedbert.optim.SQUAD_DEFAULTS)."""
+  import ml_collections
+  from sharedbert import optim as optim_lib
+  if 'optim' in squad_cfg:
+    return squad_cfg.optim
+  return ml_collections.ConfigDict(dict(optim_lib.SQUAD_DEFAULTS, lr=squad_cfg.lr,
+                                        warmup_fraction=squad_cfg.warmup_fraction))
+
+
+def _span_loss(outputs, batch):
+  """The mean over real rows of the start and end positions' cross-entropies."""
+  import jax.numpy as jnp
+  import optax
+  start_logits, end_logits = outputs
+  w = batch['weights']
+  ls = optax.softmax_cross_entropy_with_integer_labels(start_logits, batch['start'])
+  le = optax.softmax_cross_entropy_with_integer_labels(end_logits, batch['end'])
+  return jnp.sum((ls + le) / 2 * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
+                          workdir: str, mesh=None) -> dict:
+  """Fine-tunes the encoder of the pretraining run `init_from` on SQuAD `version` and
+  scores its dev set; returns the official figures and timings.
+
+  The task engine (sharedbert.tasks.engine) trains and predicts on `mesh` (default: every
+  device on the data axis); this module keeps the reading, windows, head and metric.
+  """
+  import jax
+  import ml_collections
+  from sharedbert import config as sb_config
+  from sharedbert import optim as optim_lib
+  from sharedbert.tasks import pretrained as pretrained_lib
+  from sharedbert import sharding
+  from sharedbert.tasks import engine
+
+  c = squad_cfg
+  pretrained = pretrained_lib.open_pretrained(init_from)
+  train_ex = read_examples(version, 'train', data_dir=c.data_dir, tfds_data_dir=c.tfds_data_dir)
+  dev_ex = read_examples(version, 'validation', data_dir=c.data_dir,
+                         tfds_data_dir=c.tfds_data_dir)
+  rng = np.random.default_rng(0)  # One generator: the dev subset follows the train draw.
+  train_ex = engine.subset(train_ex, c.max_train_examples, rng)
+  dev_ex = engine.subset(dev_ex, c.max_eval_examples, rng)
+  kw = dict(seq_len=c.seq_len, doc_stride=c.doc_stride, max_query_len=c.max_query_len)
+  train_f = featurize(train_ex, pretrained.tokenizer, is_training=True, **kw)
+  dev_f = featurize(dev_ex, pretrained.tokenizer, is_training=False, **kw)
+
+  if mesh is None:
+    mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1)))
+  dp = sharding.data_parallel_size(mesh)
+  if c.batch_size % dp:
+    raise UserError(f'squad.batch_size={c.batch_size} is not divisible by the data-parallel '
+                    f'size {dp} (mesh.data * mesh.fsdp)')
+  process = sharding.process_batch_block(mesh)
+  axis_rules = tuple(sb_config.DEFAULT_LOGICAL_AXIS_RULES)
+  model = _qa_model_class()(pretrained.model_config)
+  tx, _ = optim_lib.make_optimizer(optimizer_config(c), -(-len(train_f) // c.batch_size)
+                                   * c.num_epochs)
+  steps = engine.compile_steps(model, tx, _span_loss, mesh, axis_rules)
+  target = pretrained_lib.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+  encoder, step = pretrained_lib.restore_encoder_params(init_from, target)
+  state = steps.init_state(jax.random.key(seed), encoder)
+
+  def arrays(f: Features, training: bool) -> dict:
+    out = {'input_ids': f.input_ids, 'segment_ids': f.segment_ids}
+    if training:
+      out.update(start=f.start_positions, end=f.end_positions)
+    return out
+
+  t0 = time.time()
+  epoch_times = []
+  train_arrays = arrays(train_f, True)
+  for epoch in range(c.num_epochs):
+    t_epoch = time.time()
+    state, losses = engine.fit_epoch(steps.step_fn, state, train_arrays,
+                                     batch_size=c.batch_size, seed=seed, epoch=epoch,
+                                     mesh=mesh, process=process)
+    jax.block_until_ready(losses)
+    epoch_times.append(time.time() - t_epoch)
+  # Logits per token: every batch keeps all the columns (no bucketing).
+  starts, ends = engine.predict(steps.predict_fn, state.params, arrays(dev_f, False),
+                                np.sum(dev_f.input_ids != engine.PAD_ID, axis=1),
+                                batch_size=c.batch_size, mesh=mesh, process=process,
+                                bucket=False)
+  answers, margins = decode(dev_ex, dev_f, starts, ends, n_best=c.n_best,
+                            max_answer_len=c.max_answer_len)
+  metrics = evaluate_predictions(dev_ex, answers, margins, version)
+  from sharedbert.utils import jsonio
+  jsonio.write_text(os.path.join(workdir, f'predictions_seed_{seed}.json'), json.dumps(answers))
+  return {'version': version, 'seed': seed, 'pretrained_step': step, 'metrics': metrics,
+          'num_train': len(train_ex), 'num_train_features': len(train_f),
+          'num_dev': len(dev_ex), 'epoch_time_s': [round(t, 2) for t in epoch_times],
+          'wall_s': round(time.time() - t0, 2)}

@@ -1,0 +1,70 @@
+"""Paths as committed reports show them: never absolute, so no machine's layout leaks in.
+
+  * a relative path is shown as given (relative to where the command ran; the README's
+    commands run from the repository root);
+  * an absolute path inside the repository: relative to the repository root (`docs/x`);
+  * an absolute path inside the workdir: `W/<path in the workdir>`;
+  * any other absolute path: relative to whichever of the two is nearer (fewer `..`
+    steps; the repository on a tie): `../data/corpus`, or `W/../data/corpus`.
+
+Names that are not file paths (`demo`, `tfds:wikipedia/...`, `gs://...`) are relative or
+contain '://', and pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Optional
+
+# sharedbert/utils/paths.py -> the repository root, three levels up.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def gfile():
+  """tf.io.gfile, for paths that may be local or gs://; TensorFlow is imported on first use,
+  so modules that only sometimes touch files stay light to import."""
+  import tensorflow as tf
+  return tf.io.gfile
+
+
+def _within(path: str, base: str) -> bool:
+  return os.path.commonpath([path, base]) == base
+
+
+def _ups(rel: str) -> int:
+  return rel.split(os.sep).count('..')
+
+
+def display(path, *, workdir: Optional[str] = None, root: str = REPO_ROOT) -> str:
+  """`path` as a report shows it (see the module docstring)."""
+  path = os.fspath(path)
+  if not path or '://' in path or not os.path.isabs(path):
+    return path
+  path, root = os.path.normpath(path), os.path.normpath(os.path.abspath(root))
+  work = os.path.normpath(os.path.abspath(workdir)) if workdir else None
+  if _within(path, root) and not (work and _within(work, root) and _within(path, work)):
+    return os.path.relpath(path, root)
+  if work and _within(path, work):
+    rel = os.path.relpath(path, work)
+    return 'W' if rel == '.' else os.path.join('W', rel)
+  from_root = os.path.relpath(path, root)
+  if work:
+    from_work = os.path.relpath(path, work)
+    if _ups(from_work) < _ups(from_root):
+      return os.path.join('W', from_work)
+  return from_root
+
+
+def display_command(argv) -> str:
+  """A command line with every absolute path in it (`--flag=/x`, `--flag /x`) shown by
+  `display`; argv[0] becomes `python -m <module>` where the caller puts it."""
+  out = []
+  for arg in argv:
+    if arg.startswith('-') and '=' in arg:
+      flag, value = arg.split('=', 1)
+      arg = f'{flag}={display(value)}'
+    else:
+      arg = display(arg)
+    out.append(shlex.quote(arg))
+  return ' '.join(out)
