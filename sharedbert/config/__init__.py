@@ -178,7 +178,7 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   """The pretraining recipe for one attention variant; see the module docstring.
 
   One function on purpose: every key of the recipe and its default, then what each preset
-  changes, in the order README's config reference lists them."""
+  changes, in the order docs/configs.md's reference lists them."""
   args = parse_arg(arg, {'size': 'base', 'corpus': '', 'recipe': ''})
   size = args['size']
   if size not in SIZES:

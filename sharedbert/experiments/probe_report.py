@@ -238,7 +238,7 @@ def render(config, summary: dict, timing: dict) -> str:
   m = config.model
   lines = ['# Attention probes', '',
            'Every attention variant trained from scratch on synthetic tasks '
-           '(sharedbert/experiments/probe_tasks.py) under one budget; see the README, "Attention probes".',
+           '(sharedbert/experiments/probe_tasks.py) under one budget; see docs/probes.md.',
            '']
   lines += ['## Run', '']
   if timing.get('command'):

@@ -178,7 +178,7 @@ class AttentionBase(nn.Module):
   encoder computes once per forward pass and hands to every layer as `shared=`.
 
   Everything else the code base needs to know about a variant is asked of its class, so
-  that a new variant is one class and one config file (README, "Adding a variant"):
+  that a new variant is one class and one config file (docs/variants.md, "Adding a variant"):
     param_formula   closed-form parameter counts, checked by sharedbert.models.params against the tree
     qkv_flops       its input projections' FLOPs (sharedbert.models.flops)
     dense_projections  instead of the two above, for a variant whose Q, K, V come from that
