@@ -84,3 +84,40 @@ def make_optimizer(optim, total_steps: int):
       optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
                   weight_decay=optim.weight_decay, mask=decay_mask))
   return tx, schedule
+
+
+# ---------------------------------------------------------------------------------------
+# The non-finite guard of every training step (pretraining, the task engine, the probes).
+
+def guarded_update(tx, grads, opt_state, params, loss, grad_norm=None):
+  """(params, opt_state, finite) after one optimizer step that is applied only when the
+  loss, the gradient and the update are all finite; otherwise parameters and optimizer
+  state are kept (the schedule's step count still advances). A finite loss and gradient
+  are not enough: a NaN learning rate, or an update that overflows, would write NaN into
+  every parameter from the first step on."""
+  grad_norm = optax.global_norm(grads) if grad_norm is None else grad_norm
+  updates, new_opt_state = tx.update(grads, opt_state, params)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
+  new_params = optax.apply_updates(params, updates)
+  kept = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_params, params)
+  return kept, keep_moments_advance_schedule(finite, new_opt_state, opt_state), finite
+
+
+def keep_moments_advance_schedule(finite, new_opt_state, old_opt_state):
+  """The optimizer state after a step: the new one if the step was finite; else the old
+  one, except the learning-rate schedule's step count, which always advances. So the rate
+  applied at step s is schedule(s) whether or not earlier steps were skipped (what the
+  log shows), while Adam's moments and bias correction only count applied updates."""
+  is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
+  def pick(new, old):
+    if is_schedule(new):
+      return new
+    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  return jax.tree.map(pick, new_opt_state, old_opt_state, is_leaf=is_schedule)
+
+
+@jax.jit
+def all_finite(tree) -> jax.Array:
+  """True when no leaf of `tree` holds a NaN or an infinity (one reduction on device)."""
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from sharedbert import optim as optim_lib
 from sharedbert import sharding
 from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout
 
@@ -154,16 +155,10 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
   grads = jax.tree.map(lambda g: g / denom, grads)
   loss = loss_sum / denom
   grad_norm = optax.global_norm(grads)
-  updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
-  # A finite loss and gradient are not enough: a NaN learning rate (or an update that
-  # overflows) would write NaN into every parameter, from the first step on.
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
-  new_params = optax.apply_updates(state.params, updates)
-  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  params, opt_state, finite = optim_lib.guarded_update(tx, grads, state.opt_state,
+                                                       state.params, loss, grad_norm)
   new_state = TrainState(
-      step=state.step + 1,
-      params=keep(new_params, state.params),
-      opt_state=keep_moments_advance_schedule(finite, new_opt_state, state.opt_state),
+      step=state.step + 1, params=params, opt_state=opt_state,
       skipped=jnp.where(finite, 0, state.skipped + 1),
       skipped_total=state.skipped_total + (~finite).astype(jnp.int32))
   metrics = {
@@ -171,26 +166,6 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
       'learning_rate': schedule(state.step), 'skipped': (~finite).astype(jnp.float32),
   }
   return new_state, metrics
-
-
-def keep_moments_advance_schedule(finite, new_opt_state, old_opt_state):
-  """The optimizer state after a step: the new one if the step was finite; else the old
-  one, except the learning-rate schedule's step count, which always advances. So the rate
-  applied at step s is schedule(s) whether or not earlier steps were skipped (what the
-  log shows), while Adam's moments and bias correction only count applied updates."""
-  is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
-  def pick(new, old):
-    if is_schedule(new):
-      return new
-    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  return jax.tree.map(pick, new_opt_state, old_opt_state, is_leaf=is_schedule)
-
-
-@jax.jit
-def all_finite(tree) -> jax.Array:
-  """True when no leaf of `tree` holds a NaN or an infinity (one reduction on device)."""
-  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
-  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
 def eval_step(params, batch, *, model):

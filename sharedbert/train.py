@@ -35,7 +35,8 @@ from sharedbert.errors import UserError
 from sharedbert.utils.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
-from sharedbert.pretrain_step import (all_finite, create_train_state, jit_steps, restore_state,
+from sharedbert.optim import all_finite
+from sharedbert.pretrain_step import (create_train_state, jit_steps, restore_state,
                                       state_shardings)
 
 # The optimizer (sharedbert/optim.py), under the names the callers of this module use.

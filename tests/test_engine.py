@@ -108,3 +108,28 @@ def test_compile_steps_starts_from_the_given_encoder():
   batch.pop('labels')
   logits = steps.predict_fn(started.params, sharding.global_batch(batch, mesh))
   assert logits.shape == (8, 2)
+
+
+def test_a_non_finite_step_leaves_the_state_as_it_was():
+  """The engine's step (fine-tuning and the probes) skips a non-finite step like
+  pretraining's: the parameters and optimizer state are kept, the step count advances, and
+  the returned loss shows it."""
+  import optax
+  params = {'w': jnp.ones((3,))}
+  tx = optax.adam(0.1)
+  state = engine.State(step=jnp.zeros((), jnp.int32), params=params,
+                       opt_state=tx.init(params), dropout_rng=jax.random.key(0))
+  kw = dict(apply_fn=lambda p, batch, rng: p['w'] * batch['x'],
+            loss_fn=lambda out, batch: jnp.sum(out ** 2), tx=tx)
+  good, loss = engine.train_step(state, {'x': jnp.ones((3,))}, **kw)
+  assert np.isfinite(loss) and not np.allclose(good.params['w'], 1.0)
+  bad, loss = engine.train_step(state, {'x': jnp.array([1.0, np.nan, 1.0])}, **kw)
+  assert not np.isfinite(loss) and int(bad.step) == 1
+  np.testing.assert_array_equal(bad.params['w'], params['w'])
+  for new, old in zip(jax.tree.leaves(bad.opt_state), jax.tree.leaves(state.opt_state)):
+    np.testing.assert_array_equal(new, old)
+  # Scanned, as the probes run it: the good steps apply, the bad one is skipped.
+  batches = {'x': jnp.stack([jnp.ones(3), jnp.array([1.0, np.nan, 1.0]), jnp.ones(3)])}
+  scanned, losses = engine.scanned_steps(state, batches, **kw)
+  assert np.isfinite(losses).tolist() == [True, False, True] and int(scanned.step) == 3
+  assert np.all(np.isfinite(scanned.params['w']))

@@ -13,7 +13,7 @@ import optax
 import pytest
 
 from sharedbert import config as sb_config
-from sharedbert import pretrain_step
+from sharedbert import optim as optim_lib
 from sharedbert import train
 from sharedbert.data import pretrain
 from sharedbert.data import sources
@@ -99,7 +99,7 @@ def test_the_logged_rate_is_the_applied_one_also_after_a_skipped_step():
     updates, new_state = tx.update(g, opt_state, params)
     new_params = optax.apply_updates(params, updates)
     params = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_params, params)
-    opt_state = pretrain_step.keep_moments_advance_schedule(finite, new_state, opt_state)
+    opt_state = optim_lib.keep_moments_advance_schedule(finite, new_state, opt_state)
     history.append((step, params['w'][0]))
   # Adam's first update with a constant gradient has size lr (bias-corrected m/sqrt(v) = 1);
   # the second applied update (step 2) too, since the gradient is the same.

@@ -136,12 +136,14 @@ class Trainer:
   """One variant's model, optimizer and compiled train/eval functions (shared by all tasks)."""
 
   def __init__(self, config, variant: str):
+    import functools
     import jax
     import jax.numpy as jnp
     import optax
     import flax.linen as nn
     from sharedbert import optim as optim_lib
     from sharedbert.models.bert import BertForPretraining
+    from sharedbert.tasks import engine
 
     self.variant = variant
     self.model_cfg = model_config(config, variant)
@@ -151,11 +153,12 @@ class Trainer:
     dropout = self.model_cfg.dropout_rate > 0 or self.model_cfg.attention_dropout_rate > 0
     seq_len, slots = int(config.seq_len), num_slots(config)
 
-    def init(key):
+    def init(key, dropout_rng):
       ids = jnp.zeros((1, seq_len), jnp.int32)
       params = nn.unbox(model.init({'params': key}, ids, ids,
                                    jnp.ones_like(ids), jnp.zeros((1, slots), jnp.int32))['params'])
-      return params, tx.init(params)
+      return engine.State(step=jnp.zeros((), jnp.int32), params=params,
+                          opt_state=tx.init(params), dropout_rng=dropout_rng)
 
     def logits_of(params, batch, rng):
       out = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
@@ -163,23 +166,17 @@ class Trainer:
                         rngs=None if rng is None else {'dropout': rng})
       return out['mlm_logits']
 
-    def loss_fn(params, batch, rng):
-      logits = logits_of(params, batch, rng)
+    def apply_fn(params, batch, rng):  # Dropout only when the model has some.
+      return logits_of(params, batch, rng if dropout else None)
+
+    def loss_fn(logits, batch):
       ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch['labels'])
       w = batch['weights']
       return jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
 
-    def step(carry, batch):
-      params, opt_state, rng, i = carry
-      step_rng = jax.random.fold_in(rng, i) if dropout else None
-      loss, grads = jax.value_and_grad(loss_fn)(params, batch, step_rng)
-      updates, opt_state = tx.update(grads, opt_state, params)
-      return (optax.apply_updates(params, updates), opt_state, rng, i + 1), loss
-
-    def run_chunk(params, opt_state, data, rng, start):
-      (params, opt_state, _, _), losses = jax.lax.scan(step, (params, opt_state, rng, start),
-                                                       data)
-      return params, opt_state, losses
+    # The task engine's step, scanned over a chunk of steps inside one call.
+    run_chunk = functools.partial(engine.scanned_steps, apply_fn=apply_fn, tx=tx,
+                                  loss_fn=loss_fn)
 
     def evaluate(params, batch):
       logits = logits_of(params, batch, None)
@@ -189,29 +186,29 @@ class Trainer:
       return jnp.sum(correct), jnp.sum(batch['weights']), jnp.stack(by_kind), jnp.stack(count)
 
     self.init = jax.jit(init)
-    self.run_chunk = jax.jit(run_chunk, donate_argnums=(0, 1))
+    self.run_chunk = jax.jit(run_chunk, donate_argnums=(0,))
     self.evaluate = jax.jit(evaluate)
     self._rng = jax.random.key
 
   def train(self, config, task: str, seed: int, eval_data) -> dict:
     """Trains from scratch; returns the accuracy curve and the final figures."""
-    params, opt_state = self.init(self._rng(seed))
+    state = self.init(self._rng(seed), self._rng(10_000 + seed))
     every = int(config.eval_every_steps)
     chunks = int(config.total_steps) // every
-    rng = self._rng(10_000 + seed)
-    curve = [self._eval_point(params, eval_data, 0, None)]
+    curve = [self._eval_point(state.params, eval_data, 0, None)]
     train_s = 0.0
     for c in range(chunks):
       data = train_chunk(config, task, seed, c)
       t0 = time.time()
-      params, opt_state, losses = self.run_chunk(params, opt_state, data, rng, c * every)
+      state, losses = self.run_chunk(state, data)
       losses = np.asarray(losses)
       train_s += time.time() - t0
-      curve.append(self._eval_point(params, eval_data, (c + 1) * every,
+      curve.append(self._eval_point(state.params, eval_data, (c + 1) * every,
                                     float(np.mean(losses))))
-      if not np.all(np.isfinite(losses)):
-        logging.warning('probe: %s %s seed %d: non-finite loss by step %d', self.variant, task,
-                        seed, (c + 1) * every)
+      if not np.all(np.isfinite(losses)):  # Those steps were skipped (the engine's guard).
+        logging.warning('probe: %s %s seed %d: %d non-finite step(s) skipped by step %d',
+                        self.variant, task, seed, int(np.sum(~np.isfinite(losses))),
+                        (c + 1) * every)
     return {'curve': curve, 'train_s': train_s}
 
   def _eval_point(self, params, eval_data, step: int, train_loss) -> dict:

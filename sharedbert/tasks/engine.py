@@ -2,11 +2,10 @@
 (GLUE, SQuAD, and through GLUE's TaskRun the study's cross-domain scores; robustness
 batches its dev rows with make_batch).
 
-Two loops stay outside it on purpose: pretraining (sharedbert.train: MLM batches streamed
-from tf.data, gradient accumulation, preemption checkpoints), and the probes
-(sharedbert.experiments.probe: hundreds of tiny from-scratch steps scanned inside one jitted call,
-which a step-per-call loop would spend in dispatch). They share the optimizer
-(sharedbert.optim) and the model.
+Pretraining keeps its own step (sharedbert.pretrain_step: MLM batches streamed from
+tf.data, gradient accumulation, preemption checkpoints); the probes train on this one's
+`train_step`, many of them scanned in one jitted call (`scanned_steps`). All three share
+the optimizer and its non-finite guard (sharedbert.optim.guarded_update).
 
 A task module keeps what is its own (reading, features, head, metric) and hands the
 engine its rows as a dict of numpy arrays: token arrays [n, T] ('input_ids',
@@ -34,8 +33,8 @@ from flax import struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from sharedbert import optim as optim_lib
 from sharedbert import sharding
 
 PAD_ID = 0  # sharedbert.data.tokenizer.PAD_ID; input_mask is ids != PAD_ID.
@@ -49,20 +48,35 @@ class State(struct.PyTreeNode):
   dropout_rng: jax.Array
 
 
-def train_step(state: State, batch, *, model, tx, loss_fn):
-  """One optimizer step on loss_fn(model outputs, batch); dropout keyed by the step."""
+def task_apply(model):
+  """apply_fn of a task model (input_ids, segment_ids, input_mask), dropout on."""
+  def apply_fn(params, batch, rng):
+    return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                       batch['input_mask'], deterministic=False, rngs={'dropout': rng})
+  return apply_fn
+
+
+def train_step(state: State, batch, *, apply_fn, tx, loss_fn):
+  """One optimizer step on loss_fn(apply_fn(params, batch, rng), batch), the dropout rng
+  keyed by the step. A step whose loss, gradient or update is not finite leaves the
+  parameters and optimizer state as they were (optim.guarded_update, the same guard as
+  pretraining's); its loss, returned as it is, shows it to the caller."""
   rng = jax.random.fold_in(state.dropout_rng, state.step)
 
   def objective(params):
-    outputs = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
-                          batch['input_mask'], deterministic=False, rngs={'dropout': rng})
-    return loss_fn(outputs, batch)
+    return loss_fn(apply_fn(params, batch, rng), batch)
 
   loss, grads = jax.value_and_grad(objective)(state.params)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                            opt_state=opt_state)
-  return new_state, loss
+  params, opt_state, _ = optim_lib.guarded_update(tx, grads, state.opt_state, state.params,
+                                                  loss)
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), loss
+
+
+def scanned_steps(state: State, batches, *, apply_fn, tx, loss_fn):
+  """train_step over a stack of batches (leading axis: steps) in one lax.scan: many tiny
+  steps in one call, where a call per step would spend its time in dispatch (the probes)."""
+  return jax.lax.scan(functools.partial(train_step, apply_fn=apply_fn, tx=tx, loss_fn=loss_fn),
+                      state, batches)
 
 
 def predict_step(params, batch, *, model):
@@ -104,7 +118,8 @@ def compile_steps(model, tx, loss_fn: Callable, mesh, axis_rules) -> Steps:
                  dropout_rng=dropout_rng)
 
   batch_spec = sharding.batch_sharding(mesh)
-  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, loss_fn=loss_fn),
+  step_fn = jax.jit(functools.partial(train_step, apply_fn=task_apply(model), tx=tx,
+                                      loss_fn=loss_fn),
                     in_shardings=(shardings, batch_spec),
                     out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=(0,))
   predict_fn = jax.jit(functools.partial(predict_step, model=model),
