@@ -27,6 +27,7 @@ from sharedbert import sharding
 from sharedbert.config import checks as config_checks
 from sharedbert.config import validation
 from sharedbert.utils import workdir as workdir_lib
+from sharedbert.utils import reporting
 from sharedbert.utils import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -420,7 +421,7 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
         last.update(tokens_per_sec=tokens_per_step / step_time, step_time=step_time,
                     skipped_total=int(jax.device_get(state.skipped_total)))
         eta = (config.total_steps - done) * step_time
-        record(done, last, extra=f' eta={_duration(eta)}')
+        record(done, last, extra=f' eta={reporting.duration(eta)}')
         interval_start, interval_steps = time.time(), 0
       if done % config.eval_every_steps == 0 or final:
         ev = evaluate(eval_fn, state.params, data.eval_batches, mesh)
@@ -496,8 +497,3 @@ def _memory_text(mem) -> str:
     return str(mem)
 
 
-def _duration(seconds: float) -> str:
-  seconds = int(seconds)
-  h, rem = divmod(seconds, 3600)
-  m, s = divmod(rem, 60)
-  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'

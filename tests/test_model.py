@@ -271,7 +271,7 @@ def test_training_step_scatters_only_into_the_word_table():
   addresses), and the word table's runs in float32 in a bfloat16 model."""
   import re
   from sharedbert.bench import run as bench
-  timer = bench.StepTimer(bench.SIZES['smoke_fused_bf16'], 'standard')
+  timer = bench.BenchStep(bench.SIZES['smoke_fused_bf16'], 'standard')
   scatters = [line for line in timer.compiled.as_text().split('\n') if ' scatter(' in line]
   tables = [line for line in scatters if '/embeddings/' in line]
   # One: into the word table, [vocabulary 128, D 32] (smoke size), in float32.
@@ -297,7 +297,7 @@ def test_one_hot_embeddings_give_the_same_numbers_without_a_scatter():
                jax.grad(lambda p: loss(one_hot, p))(params),
                jax.grad(lambda p: loss(plain, p))(params))
   size = dataclasses.replace(bench.SIZES['smoke_fused_bf16'], one_hot_embeddings=True)
-  hlo = bench.StepTimer(size, 'standard').compiled.as_text()
+  hlo = bench.BenchStep(size, 'standard').compiled.as_text()
   assert not [l for l in hlo.split('\n') if ' scatter(' in l and '/embeddings/' in l]
   # Its gradient product instead: [vocabulary 128, D 32], in float32.
   assert re.search(r'= f32\[128,32\]\S* dot\(.*bert/embeddings/NV,ND->VD', hlo)

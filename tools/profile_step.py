@@ -2,7 +2,7 @@
 
     python tools/profile_step.py --size=small --variant=shared [--traced_steps=3] [--out=/tmp/prof]
 
-Builds the benchmark's step (`sharedbert.bench.run.StepTimer`: the same compiled training step
+Builds the benchmark's step (`sharedbert.bench.run.BenchStep`: the same compiled training step
 as `python -m sharedbert.bench`), times a few steps, traces `--traced_steps` more with the Python
 tracer off, and sums each XLA op's time from the trace (Perfetto JSON). Each op is attributed
 through the `op_name` metadata of the compiled HLO to a part of the model (attention, FFN,
@@ -35,7 +35,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import jax  # noqa: E402
 
-from sharedbert.bench.run import StepTimer  # noqa: E402
+from sharedbert.bench.run import BenchStep  # noqa: E402
 from sharedbert.bench.sizes import SIZES  # noqa: E402
 
 flags.DEFINE_string('size', 'small', 'A size of sharedbert.bench.sizes.SIZES.')
@@ -188,7 +188,7 @@ def summarise_device(trace_dir: str, hlo: str, steps: int, top: int) -> None:
 
 def main(argv):
   del argv
-  timer = StepTimer(SIZES[FLAGS.size], FLAGS.variant)
+  timer = BenchStep(SIZES[FLAGS.size], FLAGS.variant)
   timer.run(3, 2)
   print(f'{FLAGS.size} {FLAGS.variant}: median step {statistics.median(timer.times) * 1e3:.0f} '
         'ms untraced')

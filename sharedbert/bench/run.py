@@ -116,7 +116,7 @@ def _xla_flops(compiled, num_devices: int) -> float | None:
     return None
 
 
-class StepTimer:
+class BenchStep:
   """sharedbert's training step for one size and variant, compiled once and timed on demand.
 
   `run` may be called several times (the rounds of `run_benchmarks`); the state carries on
@@ -185,7 +185,7 @@ class StepTimer:
 def time_train_step(size: Size, attention: str, *, steps: int, warmup: int,
                     batch: dict[str, np.ndarray] | None = None) -> dict:
   """Compiles and times sharedbert's training step once; returns one table row."""
-  timer = StepTimer(size, attention, batch)
+  timer = BenchStep(size, attention, batch)
   timer.run(steps, warmup)
   row = timer.row()
   del timer
@@ -355,7 +355,7 @@ def run_benchmarks(*, preset: str, sizes: list[str], variants: list[str], steps:
     timers = []
     for variant in variants:
       logging.info('bench: %s, %s: compiling', name, variant)
-      timers.append(StepTimer(size, variant, batch))
+      timers.append(BenchStep(size, variant, batch))
     # Rounds: every variant and the peer in turn, `rounds` times over. This machine's speed
     # drifts over tens of seconds; interleaving puts that drift into every configuration
     # alike instead of into the ratios between them.

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from sharedbert.utils import jsonio
+from sharedbert.utils import reporting
 from sharedbert.experiments import probe_tasks
 from sharedbert.metrics import stats
 
@@ -147,11 +148,7 @@ def direction_sentence(entry: dict) -> str:
 # ---------------------------------------------------------------------------------------
 # Figures (matplotlib, Agg: no display needed).
 
-def _pyplot():
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-  return plt
+_pyplot = reporting.pyplot
 
 
 def _colors(variants):
@@ -184,8 +181,7 @@ def plot_curves(summary: dict, variants, out_path: str) -> None:
   fig.suptitle('Accuracy during training (line: seed mean; band: min to max over seeds)',
                fontsize=10)
   fig.tight_layout()
-  fig.savefig(out_path, dpi=90)
-  plt.close(fig)
+  reporting.save_figure(fig, out_path)
 
 
 def plot_final(summary: dict, variants, out_path: str) -> None:
@@ -211,16 +207,13 @@ def plot_final(summary: dict, variants, out_path: str) -> None:
   axes[0][0].set_ylabel('final held-out accuracy')
   fig.suptitle('Final accuracy (dots: seeds; bar: mean ± std; dotted: chance)', fontsize=10)
   fig.tight_layout()
-  fig.savefig(out_path, dpi=90)
-  plt.close(fig)
+  reporting.save_figure(fig, out_path)
 
 
 # ---------------------------------------------------------------------------------------
 # The report.
 
-def _table(header, rows) -> list[str]:
-  return (['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|'] +
-          ['| ' + ' | '.join(r) + ' |' for r in rows])
+_table = reporting.md_table
 
 
 def _task_text(config, task: str) -> str:

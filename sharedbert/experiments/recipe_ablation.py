@@ -26,6 +26,7 @@ from absl import logging
 
 from sharedbert import config as sb_config
 from sharedbert.errors import UserError, one_line_errors
+from sharedbert.utils import reporting
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'Where the arms train (W/<arm>/, W/calibration/<arm>/).')
@@ -175,9 +176,7 @@ def write_report(results: list[dict], out: str, command: str, load: str):
   lines += ['', '![learning curves](learning_curves.png)', '']
   with open(os.path.join(out, 'recipe.md'), 'w') as f:
     f.write('\n'.join(lines))
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = reporting.pyplot()
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for r in results:
     if r['curve']:
@@ -189,8 +188,7 @@ def write_report(results: list[dict], out: str, command: str, load: str):
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(os.path.join(out, 'learning_curves.png'), dpi=110)
-  plt.close(fig)
+  reporting.save_figure(fig, os.path.join(out, 'learning_curves.png'), dpi=110)
 
 
 def main(argv):

@@ -3,27 +3,17 @@ memory so that the workdir may be remote (gs://)."""
 
 from __future__ import annotations
 
-import io
 import os
 
 import numpy as np
 
 from sharedbert.utils import jsonio
+from sharedbert.utils import reporting
 from sharedbert.experiments import study_plan
 from sharedbert.experiments.study_stats import task_title
 
-def _save_figure(fig, path: str) -> None:
-  """By way of memory, so that `path` may be remote (gs://)."""
-  buf = io.BytesIO()
-  fig.savefig(buf, dpi=90, format='png')
-  jsonio.write_text(path, buf.getvalue())
-
-
-def _plt():
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-  return plt
+_save_figure = reporting.save_figure
+_plt = reporting.pyplot
 
 
 def plot_pretraining(workdir: str, variants, out_path: str) -> bool:
@@ -47,7 +37,6 @@ def plot_pretraining(workdir: str, variants, out_path: str) -> bool:
     ax.legend(fontsize=8)
   fig.tight_layout()
   _save_figure(fig, out_path)
-  plt.close(fig)
   return any_line
 
 
@@ -77,7 +66,6 @@ def plot_glue(table: dict, variants, tasks, out_path: str) -> None:
   ax.set_title('GLUE dev scores: mean over seeds, bootstrap 95% CI')
   fig.tight_layout()
   _save_figure(fig, out_path)
-  plt.close(fig)
 
 
 def plot_robustness(rob: dict, variants, out_path: str) -> None:
@@ -96,7 +84,6 @@ def plot_robustness(rob: dict, variants, out_path: str) -> None:
   axes[0][0].legend(fontsize=8)
   fig.tight_layout()
   _save_figure(fig, out_path)
-  plt.close(fig)
 
 
 def plot_time(pretrain: dict, epoch_times: dict, variants, out_path: str) -> None:
@@ -120,4 +107,3 @@ def plot_time(pretrain: dict, epoch_times: dict, variants, out_path: str) -> Non
     ax.grid(axis='y', alpha=0.3)
   fig.tight_layout()
   _save_figure(fig, out_path)
-  plt.close(fig)

@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from sharedbert.utils import jsonio
+from sharedbert.utils import reporting
 from sharedbert.experiments import study_plan
 from sharedbert.data import glue
 from sharedbert.metrics import stats
@@ -47,8 +48,7 @@ from sharedbert.experiments.study_stats import (AVERAGE_EXCLUDES, Analysis, anal
                                     verdict_text)
 
 
-def _pct(x) -> str:
-  return '–' if x is None or (isinstance(x, float) and np.isnan(x)) else f'{100 * x:.1f}'
+_pct = reporting.pct
 
 
 
@@ -100,20 +100,20 @@ def _glue_section(a: Analysis) -> list[str]:
            'interval of the seed mean over dev examples. Majority: always predicting the most '
            'frequent training label (STS-B: the mean).', '']
   head = ['variant'] + [task_title(t) for t in cols] + (['average'] if has_avg else [])
-  lines += ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  lines += reporting.md_table(head)
   for v in rows:
     cells = [_row_name(v, baselines)]
     for t in keys:
       e = table[v].get(t)
       cells.append('–' if e is None else
                    f'{_pct(e["mean"])} ± {_pct(e["std"])} [{_pct(e["ci"][0])}, {_pct(e["ci"][1])}]')
-    lines.append('| ' + ' | '.join(cells) + ' |')
+    lines.append(reporting.md_row(cells))
   if cols:
     maj = ['majority'] + [_pct(next(table[v][t]['majority'] for v in rows if t in table[v]))
                           for t in cols]
     if has_avg:
       maj.append(_pct(majority['_average']['mean']) if majority.get('_average') else '')
-    lines.append('| ' + ' | '.join(maj) + ' |')
+    lines.append(reporting.md_row(maj))
   if has_avg:
     lines += ['', f'Average: the unweighted mean of the task scores over '
               f'{", ".join(task_title(t) for t in avg_tasks)} (not the nine-task GLUE score)'
@@ -138,10 +138,10 @@ def _differences_section(a: Analysis) -> list[str]:
               'bootstrap interval over dev examples / the t interval over seed-paired '
               'differences. **reliable**: both intervals exclude 0.', '']
     head = ['variant'] + [task_title(t) for t in cols] + (['average'] if has_avg else [])
-    lines += ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    lines += reporting.md_table(head)
     for v, dd in diffs.items():
       cells = [v] + [_fmt_diff(dd[t]) if t in dd else '–' for t in keys]
-      lines.append('| ' + ' | '.join(cells) + ' |')
+      lines.append(reporting.md_row(cells))
     lines.append('')
     lines += _verdict_section(diffs, verdicts, base, keys, margin, conf)
   lines += _gains_section(gains, table, majority, base, baselines, keys, conf)
@@ -212,7 +212,7 @@ def _robustness_section(a: Analysis) -> list[str]:
           continue
         cells = [v] + [f'{_pct(m)} ± {_pct(s)}' for m, s in zip(e['mean'], e['std'])]
         cells.append(f'{100 * (e["mean"][-1] - e["mean"][0]):+.1f}')
-        lines.append('| ' + ' | '.join(cells) + ' |')
+        lines.append(reporting.md_row(cells))
       lines.append('')
     plot_robustness(rob, rows, os.path.join(workdir, 'robustness.png'))
     lines += ['![robustness curves](robustness.png)', '']
@@ -247,7 +247,7 @@ def _crossdomain_section(a: Analysis) -> list[str]:
           continue
         m, s = stats.mean_std([e['score'] for e in es])
         cells.append(f'{_pct(m)} ± {_pct(s)}')
-      lines.append('| ' + ' | '.join(cells) + ' |')
+      lines.append(reporting.md_row(cells))
     any_e = {n: next(iter(cross[n].values()))[0] for n in names}
     lines.append('| majority | ' + ' | '.join(_pct(any_e[n]['majority_score']) for n in names) + ' |')
     lines += ['', '| pair | label mapping | metrics | n | gold positive rate |',
@@ -273,12 +273,12 @@ def _time_section(a: Analysis) -> list[str]:
            'seeds. On a shared machine these carry noise from other load.', '']
   tasks_t = [t for t in tasks if any(t in epoch_s.get(v, {}) for v in rows)]
   head = ['variant', 'pretraining ms/step'] + [f'{task_title(t)} s/epoch' for t in tasks_t]
-  lines += ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  lines += reporting.md_table(head)
   for v in rows:
     st = pretrain.get(v, {}).get('step_time_median')
     cells = [v, f'{1000 * st:.1f}' if st else '–']
     cells += [f'{epoch_s[v][t]:.1f}' if t in epoch_s.get(v, {}) else '–' for t in tasks_t]
-    lines.append('| ' + ' | '.join(cells) + ' |')
+    lines.append(reporting.md_row(cells))
   lines.append('')
   if pretrain or epoch_s:
     plot_time(pretrain, epoch_s, rows, os.path.join(workdir, 'time.png'))
@@ -359,7 +359,7 @@ def _verdict_section(diffs, verdicts, base, keys, margin, conf) -> list[str]:
            'otherwise **undecided** (the data cannot tell; more seeds or larger dev sets '
            'would).', '']
   head = ['variant'] + ['average' if t == '_average' else task_title(t) for t in keys]
-  lines += ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  lines += reporting.md_table(head)
   for v, dd in diffs.items():
     cells = [v]
     for t in keys:
@@ -367,7 +367,7 @@ def _verdict_section(diffs, verdicts, base, keys, margin, conf) -> list[str]:
       cells.append('–' if d is None else
                    f'**{verdict_text(verdicts[v][t], margin)}** ({_fmt_ci(d["boot_ci_tost"])} '
                    f'/ {_fmt_ci(d["t_ci_tost"])})')
-    lines.append('| ' + ' | '.join(cells) + ' |')
+    lines.append(reporting.md_row(cells))
   return lines + ['']
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from sharedbert.utils import jsonio
+from sharedbert.utils import reporting
 from sharedbert.data import glue
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
@@ -25,11 +26,7 @@ def bootstrap_seed(config, score_key: str) -> int:
   return (int(config.eval.bootstrap_seed) * 1_000_003 + zlib.crc32(score_key.encode())) % 2**32
 
 
-def duration(seconds: float) -> str:
-  seconds = int(round(seconds))
-  h, rem = divmod(seconds, 3600)
-  m, s = divmod(rem, 60)
-  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
+duration = reporting.duration  # Used by the task runs' progress lines too.
 
 
 def summarize_task(run, records: list[dict], config) -> dict:
@@ -97,8 +94,7 @@ def score_title(score_key: str) -> str:
   return _TASK_TITLES.get(score_key) or glue.get_task(score_key).glue_dir_name
 
 
-def _pct(x: float) -> str:
-  return f'{100 * x:.1f}'
+_pct = reporting.pct
 
 
 def render_markdown(results: dict) -> str:

@@ -1,0 +1,55 @@
+"""What the reports share: durations, percentages, markdown tables and figures.
+
+Kept by hand rather than taken from a library: a markdown table is three lines of code
+(tabulate would be a dependency for them), and matplotlib is imported lazily here, in one
+place, with the Agg backend (no display) and figures written through tf.io.gfile so that a
+report may live on gs://.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+
+def duration(seconds: float) -> str:
+  """'1h02m03s', or '2m03s' under an hour (rounded to the second)."""
+  seconds = int(round(seconds))
+  h, rem = divmod(seconds, 3600)
+  m, s = divmod(rem, 60)
+  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
+
+
+def pct(x) -> str:
+  """A rate as points with one decimal (0.1234 -> '12.3'); '–' for None or NaN."""
+  if x is None or (isinstance(x, float) and math.isnan(x)):
+    return '–'
+  return f'{100 * x:.1f}'
+
+
+def md_row(cells) -> str:
+  """One line of a markdown table."""
+  return '| ' + ' | '.join(str(c) for c in cells) + ' |'
+
+
+def md_table(head, rows=()) -> list[str]:
+  """A markdown table's lines: the header, its rule, one line a row (cells as given)."""
+  return [md_row(head), '|' + '---|' * len(head)] + [md_row(row) for row in rows]
+
+
+def pyplot():
+  """matplotlib.pyplot with the Agg backend (no display needed)."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def save_figure(fig, path: str, dpi: int = 90) -> None:
+  """Writes `fig` as a PNG by way of memory, so that `path` may be remote (gs://), then
+  closes it."""
+  from sharedbert.utils import jsonio
+  buf = io.BytesIO()
+  fig.savefig(buf, dpi=dpi, format='png')
+  jsonio.write_text(path, buf.getvalue())
+  pyplot().close(fig)
