@@ -4,6 +4,12 @@ Bootstrap intervals resample dev examples with replacement (percentile method).
 Metric functions marked with `@batched` take arrays of shape (R, n) and return
 (R,) values, so all resamples are scored in a few numpy calls instead of a Python
 loop; any other callable of (predictions, labels) -> float also works, slowly.
+
+The t quantiles come from scipy.stats. The bootstrap stays here rather than in
+scipy.stats.bootstrap: ours resamples the same dev examples for several seeds' predictions
+at once (the seed mean's interval) and for two models at once (paired differences), with
+batched GLUE metrics over every resample; scipy's takes one statistic of independent
+samples per call.
 """
 
 from __future__ import annotations

@@ -170,6 +170,17 @@ class Conversion:
   errors_of: str = 'kernels'
 
 
+def per_layer_conversion(layers, fit_layer, error_keys, header, what, errors_of) -> Conversion:
+  """A Conversion fitted layer by layer: fit_layer(attention) -> (params, errors), one
+  table row a layer with the errors of `error_keys`."""
+  new_layers, rows = [], []
+  for i, attention in enumerate(layers):
+    fitted, errors = fit_layer(attention)
+    new_layers.append(fitted)
+    rows.append([str(i)] + [f'{errors[k]:.2e}' for k in error_keys])
+  return Conversion(new_layers, None, header, rows, what, errors_of)
+
+
 class AttentionBase(nn.Module):
   """Common plumbing: subclasses implement `qkv(x) -> (q, k, v)`, each [B,T,N,H].
 
@@ -323,14 +334,10 @@ class SharedAttention(AttentionBase):
   @classmethod
   def from_standard(cls, layers, config):
     from sharedbert.models import fit  # NumPy least squares.
-    new_layers, rows = [], []
-    for i, attention in enumerate(layers):
-      fitted, errors = fit.fit_shared(attention)
-      new_layers.append(fitted)
-      rows.append([str(i)] + [f'{errors[k]:.2e}' for k in ('qkv',) + fit.ROLES])
-    header = ['layer', 'Q,K,V together', 'query', 'key', 'value']
-    return Conversion(new_layers, None, header, rows,
-                      'W_s, b_s, d_q, d_k, d_v per layer (least squares)', 'weights and biases')
+    return per_layer_conversion(
+        layers, fit.fit_shared, ('qkv',) + fit.ROLES,
+        ['layer', 'Q,K,V together', 'query', 'key', 'value'],
+        'W_s, b_s, d_q, d_k, d_v per layer (least squares)', 'weights and biases')
 
   def qkv(self, x, **kwargs):
     c = self.config
@@ -397,15 +404,11 @@ class KVSharedAttention(AttentionBase):
   @classmethod
   def from_standard(cls, layers, config):
     from sharedbert.models import fit  # NumPy eigen-decomposition.
-    new_layers, rows = [], []
-    for i, attention in enumerate(layers):
-      fitted, errors = fit.fit_kv_shared(attention)
-      new_layers.append(fitted)
-      rows.append([str(i), f'{errors["scores"]:.2e}', f'{errors["values"]:.2e}'])
-    header = ['layer', 'scores [W_q;b_q] W_k^T', 'value path W_v W_o']
-    return Conversion(new_layers, None, header, rows,
-                      'W_q, b_q, W_kv and W_o per layer, fitted to what attention computes '
-                      '(per head: the score form and the value path)', 'attention maps')
+    return per_layer_conversion(
+        layers, fit.fit_kv_shared, ('scores', 'values'),
+        ['layer', 'scores [W_q;b_q] W_k^T', 'value path W_v W_o'],
+        'W_q, b_q, W_kv and W_o per layer, fitted to what attention computes (per head: the '
+        'score form and the value path)', 'attention maps')
 
   def qkv(self, x, **kwargs):
     kv = self.projection('key_value')(x)
