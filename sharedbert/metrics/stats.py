@@ -152,3 +152,82 @@ def paired_bootstrap_diff(metric_fn: MetricFn, preds_a, preds_b, labels, *,
   sa, sb = _resampled_scores(metric_fn, [a, b], labels, num_resamples, seed)
   low, high = _interval(sa - sb, confidence)
   return diff, low, high
+
+
+# ---------------------------------------------------------------------------------------
+# Verdicts on seed-paired differences (the study's pretraining verdict).
+
+VERDICTS = ('better', 'worse', 'equivalent', 'undecided')
+
+
+def holm(pvalues) -> list[float]:
+  """Holm's step-down adjusted p-values, in the order given: sorted ascending, the i-th
+  (from 0) is multiplied by m - i, and the adjusted values are made non-decreasing. A
+  hypothesis is rejected at level alpha when its adjusted p-value is below alpha; the
+  family-wise error rate is then at most alpha."""
+  p = np.asarray(pvalues, np.float64)
+  m = p.size
+  order = np.argsort(p, kind='stable')
+  adjusted = np.empty(m)
+  running = 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (m - rank) * p[i]))
+    adjusted[i] = running
+  return adjusted.tolist()
+
+
+def paired_tests(diffs, delta: float) -> dict:
+  """One-sample t tests on seed-paired differences `diffs` (lower is better, e.g. held-out
+  loss of a variant minus standard's, in nats): the mean, the two-sided p of 'no
+  difference', and the TOST p of 'equivalent within +-delta' (the larger of the two
+  one-sided p-values)."""
+  from scipy import stats as sp_stats
+  d = np.asarray(diffs, np.float64).ravel()
+  if d.size < 2:
+    raise ValueError('a paired test needs at least 2 seeds')
+  mean, sd = float(d.mean()), float(d.std(ddof=1))
+  se = sd / np.sqrt(d.size)
+  df = d.size - 1
+  if se == 0.0:  # Identical differences: decided by the sign and the margin alone.
+    p_diff = 0.0 if mean != 0.0 else 1.0
+    p_tost = 0.0 if abs(mean) < delta else 1.0
+  else:
+    p_diff = float(2 * sp_stats.t.sf(abs(mean) / se, df))
+    p_tost = float(max(sp_stats.t.sf((mean + delta) / se, df),   # H0: mean <= -delta
+                       sp_stats.t.cdf((mean - delta) / se, df)))  # H0: mean >= +delta
+  return {'mean': mean, 'se': se, 'df': df, 'p_diff': p_diff, 'p_tost': p_tost,
+          'seeds': int(d.size)}
+
+
+def family_verdicts(diffs_by_name: dict, delta: float, alpha: float = 0.05) -> dict:
+  """The verdict of each name's seed-paired differences against the base, Holm-corrected
+  over the family (every name given), for each of the two questions:
+
+    equivalent  the TOST p-value (Holm-adjusted) is below alpha: the mean difference is
+                inside +-delta (with one comparison: the 1-2*alpha t interval lies inside)
+    better / worse  otherwise, the difference's p-value (Holm-adjusted) is below alpha:
+                the mean is below / above 0 (with one comparison: the 1-alpha t interval
+                excludes 0)
+    undecided   neither
+
+  Equivalence is asked first: a difference that is real but inside the margin is called
+  equivalent, the claim an efficiency paper needs. Each entry also holds the 1-alpha t
+  interval (ci_low, ci_high) and the raw and adjusted p-values."""
+  names = list(diffs_by_name)
+  tests = {n: paired_tests(diffs_by_name[n], delta) for n in names}
+  adj_diff = dict(zip(names, holm([tests[n]['p_diff'] for n in names])))
+  adj_tost = dict(zip(names, holm([tests[n]['p_tost'] for n in names])))
+  out = {}
+  for n in names:
+    t = tests[n]
+    low, high = t_interval(diffs_by_name[n], 1 - alpha)
+    if adj_tost[n] < alpha:
+      verdict = 'equivalent'
+    elif adj_diff[n] < alpha:
+      verdict = 'better' if t['mean'] < 0 else 'worse'
+    else:
+      verdict = 'undecided'
+    out[n] = {'delta_nats': t['mean'], 'ci_low': low, 'ci_high': high, 'verdict': verdict,
+              'seeds': t['seeds'], 'p_diff': t['p_diff'], 'p_diff_holm': adj_diff[n],
+              'p_tost': t['p_tost'], 'p_tost_holm': adj_tost[n], 'margin': delta}
+  return out
