@@ -21,6 +21,7 @@ import pytest
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models import masa as masa_lib
+from sharedbert.models import bert as bert_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from test_model import make_inputs
 
@@ -489,3 +490,63 @@ def test_tiny_preset_trains(name, corpus, tmp_path):
   assert ev['eval_loss'] < losses[0] - 0.5, (ev, losses)
   assert 0 < ev['eval_majority_accuracy'] < 1 and 0 <= ev['eval_mlm_accuracy'] <= 1, ev
   assert last['skipped_total'] == 0
+
+
+# ---------------------------------------------------------------------------------------
+# shared's diagonals at initialisation, and the attention a token puts on itself.
+
+def test_diag_init_schemes():
+  shape = (3, 4, 8)
+  for scheme in ('constant', 'signs', 'normal'):
+    d = np.asarray(attention_lib.diag_initializer(scheme, 1.0)(jax.random.key(0), shape))
+    assert d.shape == shape and np.all(d[2] == 1.0)  # d_v = 1 in every scheme.
+  signs = np.asarray(attention_lib.diag_initializer('signs', 1.0)(jax.random.key(0), shape))
+  assert set(np.unique(signs[:2])) == {-1.0, 1.0}
+  assert np.any(signs[0] * signs[1] < 0)  # Some d_q * d_k negative: indefinite scores.
+  assert np.all(np.asarray(attention_lib.diag_initializer('constant', 0.5)(
+      jax.random.key(0), shape)) == 0.5)
+  params = init(config('shared', diag_init_scheme='normal'))
+  diag = params['bert']['layer_0']['attention']['diag']
+  assert not np.allclose(diag[0], 1.0) and np.all(diag[2] == 1.0)
+  with pytest.raises(UserError, match='diag_init_scheme'):
+    ModelConfig.from_config({**TINY, 'attention': 'shared', 'diag_init_scheme': 'ones'})
+
+
+@pytest.mark.parametrize('name', ['standard', 'shared'])
+def test_self_attention_share_is_the_softmax_diagonal(name):
+  """The sown diagnostic equals the mean diagonal of softmax(q k^T / sqrt(H)) over heads
+  and real tokens, from the NumPy reference's q and k."""
+  cfg = config(name)
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((2, 6, 32)).astype(np.float32)
+  mask = np.ones((2, 6), np.int32)
+  mask[0, 4:] = 0
+  module = attention_lib.VARIANTS[name](cfg, 0)
+  boxed_mask = mask.astype(bool)[:, None, None, :]
+  params = perturb(jax.tree.map(np.asarray, nn.unbox(module.init(
+      jax.random.key(0), x, boxed_mask, deterministic=True)['params'])))
+  _, state = module.apply({'params': params}, x, boxed_mask, deterministic=True,
+                          mutable=['intermediates'])
+  got = float(state['intermediates']['self_attention_share'][0])
+  q, k, _ = numpy_qkv(name, params, x, cfg)
+  scores = np.einsum('btnh,bsnh->bnts', q, k) / np.sqrt(8)
+  scores = np.where(mask[:, None, None, :] > 0, scores, -1e30)
+  probs = np.exp(scores - scores.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  diag = np.einsum('bntt->bnt', probs).mean(axis=1)  # [B, T]
+  want = float((diag * mask).sum() / mask.sum())
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_positive_semi_definite_start_attends_to_itself_more():
+  """At initialisation, on the same tokens: `single` and `shared` with constant diagonals
+  (scores S S^T) put more attention on the token itself than standard does, and shared
+  with random-sign diagonals less than with constant ones."""
+  ids, segments, mask, _ = INPUTS
+  share = lambda cfg: np.mean(bert_lib.self_attention_shares(cfg, init(cfg), ids, segments,
+                                                             mask))
+  standard = share(config('standard'))
+  constant = share(config('shared'))
+  assert share(config('single')) > standard and constant > standard
+  assert share(config('shared', diag_init_scheme='signs')) < constant
+  assert 0 < standard < 1

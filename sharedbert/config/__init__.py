@@ -108,6 +108,7 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   m.one_hot_embeddings = False   # True: the word table's gradient as a product (TPU-style).
   # Variant settings (ignored by variants that do not use them).
   m.diag_init = 1.0              # shared: initial value of d_q, d_k, d_v.
+  m.diag_init_scheme = 'constant'  # shared: 'constant' | 'signs' | 'normal' (d_q, d_k).
   m.qk_shared_fraction = 0.5     # partial_qk: fraction of each head's Q/K columns shared.
   m.masa_atoms = 4               # masa: dictionary atoms per projection type.
   m.masa_projections = 'qkvo'    # masa: which projection types use the dictionary.

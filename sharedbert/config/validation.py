@@ -123,6 +123,7 @@ MODEL = {
     'scan_layers': BOOL,
     'one_hot_embeddings': BOOL,
     'diag_init': number(),
+    'diag_init_scheme': one_of('constant', 'signs', 'normal'),
     'qk_shared_fraction': number(0, 1),
     'masa_atoms': integer(0, text='a positive integer, or 0 for ceil(num_layers / 3)'),
 }

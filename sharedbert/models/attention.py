@@ -159,6 +159,17 @@ def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dt
   return jnp.einsum('BNTS,BSNH->BTNH', probs.astype(dtype), v.astype(dtype))
 
 
+def self_attention_share(q, k, mask, *, query_scaled: bool = False):
+  """The attention a token puts on itself, averaged over heads and real tokens: the mean of
+  the softmax's diagonal (a diagnostic, computed only when 'intermediates' are collected)."""
+  scale = 1.0 if query_scaled else 1.0 / math.sqrt(q.shape[-1])
+  scores = jnp.einsum('BTNH,BSNH->BNTS', q, k, preferred_element_type=jnp.float32) * scale
+  scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+  diag = jnp.diagonal(jax.nn.softmax(scores, axis=-1), axis1=-2, axis2=-1)  # [B, N, T]
+  real = mask[:, 0, 0, :].astype(jnp.float32)                                 # [B, T]
+  return jnp.sum(diag.mean(axis=1) * real) / jnp.maximum(jnp.sum(real), 1.0)
+
+
 @dataclasses.dataclass
 class Conversion:
   """A variant's attention fitted to a standard model's (`AttentionBase.from_standard`)."""
@@ -292,6 +303,9 @@ class AttentionBase(nn.Module):
   def __call__(self, x, mask, *, deterministic: bool, **kwargs):
     c = self.config
     q, k, v, *value_scale = self.qkv(x, **kwargs)
+    if self.is_mutable_collection('intermediates'):
+      self.sow('intermediates', 'self_attention_share',
+               self_attention_share(q, k, mask, query_scaled=self.query_scaled))
     rng = (lambda: self.make_rng('dropout')) if not deterministic else None
     out = attend(q, k, v, mask, dropout_rate=c.attention_dropout_rate,
                  deterministic=deterministic, dtype=c.dtype, impl=c.attention_impl,
@@ -314,6 +328,25 @@ class StandardAttention(AttentionBase):
 
   def qkv(self, x, **kwargs):
     return self.projection('query')(x), self.projection('key')(x), self.projection('value')(x)
+
+
+def diag_initializer(scheme: str, value: float):
+  """shared's [3, N, H] diagonals (d_q, d_k, d_v) at initialisation (model.diag_init_scheme):
+  'constant': all `value` (Kowsher et al. do not say; with d_q = d_k the initial scores
+  S diag(d_q*d_k) S^T are positive semi-definite, like `single`'s); 'signs': d_q and d_k
+  each +-value at random; 'normal': d_q, d_k ~ N(0, 1). d_v is `value` in every scheme."""
+  def init(key, shape, dtype=jnp.float32):
+    if scheme == 'constant':
+      return jnp.full(shape, value, dtype)
+    if scheme == 'signs':
+      qk = value * jax.random.rademacher(key, (2,) + tuple(shape[1:]), dtype)
+    elif scheme == 'normal':
+      qk = jax.random.normal(key, (2,) + tuple(shape[1:]), dtype)
+    else:
+      raise UserError(f"model.diag_init_scheme must be one of 'constant', 'signs', 'normal'; "
+                      f'got {scheme!r}')
+    return jnp.concatenate([qk, jnp.full((1,) + tuple(shape[1:]), value, dtype)])
+  return init
 
 
 @register('shared')
@@ -344,7 +377,7 @@ class SharedAttention(AttentionBase):
     s = self.projection('shared')(x)  # [B,T,N,H]: the only matrix product.
     # d_q, d_k, d_v stacked as [3, N, H].
     diag = self.param('diag', nn.with_logical_partitioning(
-        nn.initializers.constant(c.diag_init), ('qkv', 'heads', 'kv')),
+        diag_initializer(c.diag_init_scheme, c.diag_init), ('qkv', 'heads', 'kv')),
         (3, c.num_heads, self.head_dim), c.param_dtype).astype(c.dtype)
     # Exactly Q = S diag(d_q), K = S diag(d_k), V = S diag(d_v), regrouped so that only one
     # [B,T,N,H] tensor besides S is made: Q K^T / sqrt(H) = (S diag(d_q*d_k/sqrt(H))) S^T,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any
 
 import flax.linen as nn
@@ -48,6 +49,7 @@ class ModelConfig:
   attention_impl: str = 'xla'
   one_hot_embeddings: bool = False
   diag_init: float = 1.0
+  diag_init_scheme: str = 'constant'
   qk_shared_fraction: float = 0.5
   masa_atoms: int = 4
   masa_projections: str = 'qkvo'
@@ -82,6 +84,9 @@ class ModelConfig:
                       f'model.num_heads={self.num_heads}')
     if self.remat not in ('none', 'full', 'dots'):
       raise UserError(f"model.remat must be 'none', 'full' or 'dots', not {self.remat!r}")
+    if self.diag_init_scheme not in ('constant', 'signs', 'normal'):
+      raise UserError("model.diag_init_scheme must be 'constant', 'signs' or 'normal', not "
+                      f"{self.diag_init_scheme!r}")
     if self.attention_impl not in ('xla', 'fused', 'cudnn'):
       raise UserError("model.attention_impl must be 'xla', 'fused' or 'cudnn', not "
                       f"{self.attention_impl!r}")
@@ -472,3 +477,21 @@ def unstack_layers(tree):
 def to_layout(tree, scan_layers: bool):
   """`tree` in the layout of model.scan_layers=scan_layers, whichever it is in now."""
   return stack_layers(tree) if scan_layers else unstack_layers(tree)
+
+
+def self_attention_shares(model_cfg: ModelConfig, params, input_ids, segment_ids,
+                          input_mask) -> list[float]:
+  """Each layer's mean attention of a token on itself (over heads and real tokens), for
+  the given batch: a diagnostic of an initialisation (e.g. shared's positive
+  semi-definite start) or of a trained model."""
+  positions = jnp.zeros((input_ids.shape[0], 1), jnp.int32)
+  _, state = BertForPretraining(model_cfg).apply(
+      {'params': params}, input_ids, segment_ids, input_mask, positions,
+      mutable=['intermediates'])
+  found = [(jax.tree_util.keystr(path), np.asarray(v))
+           for path, v in jax.tree_util.tree_leaves_with_path(state['intermediates'])
+           if 'self_attention_share' in jax.tree_util.keystr(path)]
+  layer = lambda name: int(m.group(1)) if (m := re.search(r'layer_(\d+)', name)) else 0
+  # Unrolled: one value per layer_<i>; scanned: one [L] array.
+  return [float(x) for _, v in sorted(found, key=lambda kv: layer(kv[0]))
+          for x in v.reshape(-1)]
