@@ -43,6 +43,9 @@ def get_config(arg=None):
   config.tasks = ('mqar', 'directed', 'induction', 'majority')
   config.seeds = 3                  # Seeds 0..seeds-1: model init and data.
   config.confidence = 0.95          # Of the paired t-interval over seeds (variant - standard).
+  # A reliable difference: the interval excludes 0 and |variant - standard| is at least this
+  # (and the two are not both at the ceiling, 0.99).
+  config.min_difference = 0.02
 
   # The data: one sequence length and one symbol vocabulary for every task (the model's
   # vocabulary is vocab_size plus 6 special tokens), so one program serves all tasks.

@@ -204,6 +204,22 @@ def test_paired_difference_is_reliable_only_when_the_interval_excludes_zero():
   assert not probe_report.paired_difference(noisy, b, 0.95)['reliable']
 
 
+def test_a_reliable_difference_needs_a_minimum_size_and_no_ceiling():
+  """Issue 33: partial_qk's -0.001 on induction (1-2 answers of 1,536) had an interval
+  excluding 0 and was printed bold."""
+  a = {'seeds': [0, 1, 2], 'accuracy': [0.5, 0.51, 0.49]}
+  b = {'seeds': [0, 1, 2], 'accuracy': [0.49, 0.5, 0.48]}  # 0.01 higher in every seed.
+  assert probe_report.paired_difference(a, b, 0.95)['reliable']  # Without a minimum.
+  assert not probe_report.paired_difference(a, b, 0.95, min_difference=0.02)['reliable']
+  top = {'seeds': [0, 1, 2], 'accuracy': [1.0, 1.0, 1.0]}
+  near = {'seeds': [0, 1, 2], 'accuracy': [0.999, 0.9993, 0.9987]}
+  d = probe_report.paired_difference(near, top, 0.95)
+  assert d['ceiling'] and not d['reliable'] and d['ci'][1] < 0  # Excludes 0, at the ceiling.
+  far = {'seeds': [0, 1, 2], 'accuracy': [0.9, 0.91, 0.89]}
+  d = probe_report.paired_difference(far, top, 0.95, min_difference=0.02)
+  assert d['reliable'] and not d['ceiling']
+
+
 def test_one_step_command_writes_a_sane_report(tmp_path):
   workdir = tmp_path / 'probe'
   args = [sys.executable, '-m', 'sharedbert.experiments.probe', f'--workdir={workdir}',

@@ -72,6 +72,9 @@ def validate(config) -> None:
                     f'config.total_steps={config.total_steps}')
   if not 0.0 < config.confidence < 1.0:
     raise UserError(f'config.confidence={config.confidence} is out of range: 0 < confidence < 1')
+  if not 0.0 <= config.get('min_difference', 0.0) < 1.0:
+    raise UserError(f'config.min_difference={config.min_difference} is out of range: '
+                    '0 <= min_difference < 1')
   for task in config.tasks:
     probe_tasks.check(task, config)
   for variant in variants:

@@ -43,7 +43,10 @@ def summarize(config, runs: dict) -> dict:
   """Per task and variant: seeds, mean, std, curve; per variant: Δ vs standard."""
   seeds = list(range(int(config.seeds)))
   confidence = float(config.confidence)
-  out = {'tasks': {}, 'parameters': {}, 'confidence': confidence}
+  # Older workdirs' configs predate the key: the default of configs/probe.py.
+  min_difference = float(config.get('min_difference', 0.02))
+  out = {'tasks': {}, 'parameters': {}, 'confidence': confidence,
+         'min_difference': min_difference, 'ceiling': CEILING}
   for (variant, _, _), r in runs.items():
     out['parameters'].setdefault(variant, r['parameters'])
   for task in config.tasks:
@@ -68,21 +71,30 @@ def summarize(config, runs: dict) -> dict:
     for variant, v in entry['variants'].items():
       if variant == REFERENCE or ref is None:
         continue
-      v['vs_standard'] = paired_difference(v, ref, confidence)
+      v['vs_standard'] = paired_difference(v, ref, confidence, min_difference)
     out['tasks'][task] = entry
   return out
 
 
-def paired_difference(a: dict, b: dict, confidence: float) -> dict:
-  """a - b over the seeds both have: mean, t interval, per-seed values, reliable."""
+# Both accuracies at least this: a ceiling, where a difference is a handful of answers.
+CEILING = 0.99
+
+
+def paired_difference(a: dict, b: dict, confidence: float, min_difference: float = 0.0) -> dict:
+  """a - b over the seeds both have: mean, t interval, per-seed values, and `reliable`:
+  the interval excludes 0, the difference is at least `min_difference`, and the two are not
+  both at the ceiling (mean accuracy >= CEILING)."""
   by_b = dict(zip(b['seeds'], b['accuracy']))
   pairs = [(x, by_b[s]) for s, x in zip(a['seeds'], a['accuracy']) if s in by_b]
   per_seed = [x - y for x, y in pairs]
   low, high = stats.t_interval(per_seed, confidence)
   mean = float(np.mean(per_seed)) if per_seed else float('nan')
-  reliable = not np.isnan(low) and (low > 0 or high < 0)
+  ceiling = bool(pairs) and min(np.mean([x for x, _ in pairs]),
+                                np.mean([y for _, y in pairs])) >= CEILING
+  reliable = (not np.isnan(low) and (low > 0 or high < 0) and abs(mean) >= min_difference
+              and not ceiling)
   return {'diff': mean, 'ci': [low, high], 'per_seed': per_seed, 'n': len(per_seed),
-          'reliable': bool(reliable)}
+          'reliable': bool(reliable), 'ceiling': bool(ceiling)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -276,7 +288,9 @@ def render(config, summary: dict, timing: dict) -> str:
   lines += ['## Accuracy', '',
             f'Final held-out accuracy, mean ± std over seeds (n = seeds). Δ: the variant minus '
             f'`standard`, paired by seed, with its {conf}% Student-t interval over seeds; '
-            '**bold** where the interval excludes 0 (a reliable difference).', '']
+            f'**bold** (a reliable difference) where the interval excludes 0, |Δ| is at least '
+            f'{summary.get("min_difference", 0.0):g}, and the two are not both at the ceiling '
+            f'(mean accuracy ≥ {CEILING:g}, where a difference is a handful of answers).', '']
   header = ['variant'] + [f'{t} (chance {_f(summary["tasks"][t]["chance"], 2)})' for t in tasks]
   rows = []
   for v in variants:
