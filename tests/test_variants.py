@@ -550,3 +550,21 @@ def test_positive_semi_definite_start_attends_to_itself_more():
   assert share(config('single')) > standard and constant > standard
   assert share(config('shared', diag_init_scheme='signs')) < constant
   assert 0 < standard < 1
+
+
+def test_pairwise_init_std_sets_the_scale_of_the_initial_scores():
+  """P_h ~ N(0, s^2): with s = 1/sqrt(H) the initial scores Q_h P_h Q_h^T are on the scale
+  of standard's Q_h K_h^T; with Courtois et al.'s s = 1 about sqrt(H) = 4 times larger."""
+  h = 16
+  cfg = config('pairwise', hidden_size=64, num_heads=4)
+  rng = np.random.default_rng(0)
+  q = rng.standard_normal((4000, h))
+  ratios = {}
+  for std in (1.0, 1 / np.sqrt(h)):
+    p = np.asarray(init(dataclasses.replace(cfg, pairwise_init_std=float(std)))
+                   ['bert']['layer_0']['attention']['pairwise'])
+    assert p.std() == pytest.approx(std, rel=0.1)
+    paired = q @ p[0]
+    ratios[std] = np.std(np.sum(paired * q[::-1], -1)) / np.std(np.sum(q * q[::-1], -1))
+  assert ratios[1.0] == pytest.approx(np.sqrt(h), rel=0.15)
+  assert ratios[1 / np.sqrt(h)] == pytest.approx(1.0, rel=0.15)

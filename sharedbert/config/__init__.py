@@ -109,6 +109,7 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   # Variant settings (ignored by variants that do not use them).
   m.diag_init = 1.0              # shared: initial value of d_q, d_k, d_v.
   m.diag_init_scheme = 'constant'  # shared: 'constant' | 'signs' | 'normal' (d_q, d_k).
+  m.pairwise_init_std = 1.0      # pairwise: std of P_h at init (Courtois et al.: 1).
   m.qk_shared_fraction = 0.5     # partial_qk: fraction of each head's Q/K columns shared.
   m.masa_atoms = 4               # masa: dictionary atoms per projection type.
   m.masa_projections = 'qkvo'    # masa: which projection types use the dictionary.

@@ -124,6 +124,7 @@ MODEL = {
     'one_hot_embeddings': BOOL,
     'diag_init': number(),
     'diag_init_scheme': one_of('constant', 'signs', 'normal'),
+    'pairwise_init_std': number(0, low_open=True),
     'qk_shared_fraction': number(0, 1),
     'masa_atoms': integer(0, text='a positive integer, or 0 for ceil(num_layers / 3)'),
 }

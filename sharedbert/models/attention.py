@@ -420,9 +420,10 @@ class PairwiseAttention(AttentionBase):
   def qkv(self, x, **kwargs):
     c = self.config
     q = self.projection('query')(x)
-    # P_h is unconstrained (not symmetric); N(0, 1) at init as in Courtois et al.'s code.
+    # P_h is unconstrained (not symmetric); N(0, 1) at init as in Courtois et al.'s code
+    # (model.pairwise_init_std; 1/sqrt(H) keeps the initial scores at standard's scale).
     pairwise = self.param('pairwise', nn.with_logical_partitioning(
-        nn.initializers.normal(1.0), ('heads', 'kv', None)),
+        nn.initializers.normal(c.pairwise_init_std), ('heads', 'kv', None)),
         (c.num_heads, self.head_dim, self.head_dim), c.param_dtype)
     paired = jnp.einsum('BTNH,NHG->BTNG', q, pairwise.astype(c.dtype))
     return paired, q, self.projection('value')(x)

@@ -50,6 +50,7 @@ class ModelConfig:
   one_hot_embeddings: bool = False
   diag_init: float = 1.0
   diag_init_scheme: str = 'constant'
+  pairwise_init_std: float = 1.0
   qk_shared_fraction: float = 0.5
   masa_atoms: int = 4
   masa_projections: str = 'qkvo'
