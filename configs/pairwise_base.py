@@ -1,4 +1,5 @@
-r"""Pretraining with `pairwise` attention (score_h = Q_h P_h Q_h^T; Courtois et al., arXiv 2406.06366).
+r"""Pretraining with `pairwise` attention (score_h = Q_h P_h Q_h^T; Courtois et al., arXiv
+2406.06366).
 
 The recipe is sharedbert/config/__init__.py's; P_h is weight-decayed like the other weight matrices.
 Presets: `:tiny` (2-core CPU, minutes, embedded demo corpus), `:cpu30` (2-core CPU, 30 min),

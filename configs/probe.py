@@ -1,4 +1,5 @@
-r"""Attention probes: synthetic tasks trained from scratch per variant (sharedbert/experiments/probe.py).
+r"""Attention probes: synthetic tasks trained from scratch per variant
+(sharedbert/experiments/probe.py).
 
   python -m sharedbert.experiments.probe --workdir=W                              # the cpu preset
   python -m sharedbert.experiments.probe --config=configs/probe.py:gpu --workdir=W

@@ -137,15 +137,16 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
 SUBCOMMANDS = {
     'run': ('sharedbert.main', 'pretrain or fine-tune: --config=CONFIG[:ARG] --workdir=DIR '
                                '(what `python -m sharedbert.main` does)'),
-    'study': ('sharedbert.experiments.study', 'the controlled study: every variant pretrained, then GLUE'),
+    'study': ('sharedbert.experiments.study',
+              'the controlled study: every variant pretrained, then GLUE'),
     'probe': ('sharedbert.experiments.probe', 'attention probes: synthetic tasks per variant'),
     'params': ('sharedbert.models.params', 'the parameter report of one or all variants'),
     'bench': ('sharedbert.bench', 'benchmarks: step time, MFU, memory, input pipeline'),
     'convert_hf': ('sharedbert.convert.hf', 'Hugging Face checkpoints: import | export'),
     'convert_shared': ('sharedbert.convert.shared',
                        'a standard checkpoint to shared, kv_shared or masa attention'),
-    'recipe_ablation': ('sharedbert.experiments.recipe_ablation', 'the budget recipe, one change left out '
-                                                      'at a time'),
+    'recipe_ablation': ('sharedbert.experiments.recipe_ablation',
+                        'the budget recipe, one change left out at a time'),
 }
 
 

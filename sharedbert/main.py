@@ -11,12 +11,12 @@ configs/glue.py). Exit codes:
   0    done.
   2    a user error: a bad flag, config value, path or workdir, said in one line on stderr
        (the traceback with --verbose); the workdir is left as it was.
-  4    a checkpoint or the metrics could not be written (disk full, no permission, a
-       quota): stopped at once, with one line on stderr; the last finalised checkpoint is
-       kept, and the same command resumes from it once there is room.
   3    stopped after optim.max_skipped_steps consecutive non-finite steps, or the run's
        last steps were non-finite; the last good checkpoint is kept (lower optim.lr, then
        run the same command to resume). No checkpoint holds a non-finite value.
+  4    a checkpoint or the metrics could not be written (disk full, no permission, a
+       quota): stopped at once, with one line on stderr; the last finalised checkpoint is
+       kept, and the same command resumes from it once there is room.
   143  preempted (SIGTERM, or orbax's preemption notice) after saving a checkpoint at the
        current step: run the same command again to resume.
 A run killed outright (SIGKILL, a lost node) resumes from its last checkpoint when the

@@ -495,5 +495,3 @@ def _memory_text(mem) -> str:
             f'{mem.temp_size_in_bytes / gib:.2f} GiB')
   except AttributeError:
     return str(mem)
-
-

@@ -85,7 +85,8 @@ def test_the_finder_finds_a_cycle():
 
 def test_the_graph_sees_function_level_imports():
   edges = graph()
-  assert 'sharedbert.tasks.squad' in edges['sharedbert.experiments.study']  # Imported inside run_squad.
+  # Imported inside run_squad.
+  assert 'sharedbert.tasks.squad' in edges['sharedbert.experiments.study']
   assert 'sharedbert.tasks.engine' in edges['sharedbert.tasks.glue_task']  # At the top.
 
 

@@ -1,4 +1,5 @@
-"""Adding an attention variant is one class and one config file (docs/variants.md, "Adding a variant").
+"""Adding an attention variant is one class and one config file (docs/variants.md, "Adding
+a variant").
 
 `TiedKVAttention` below (K = V from one projection; an example, not a published variant) is
 registered only inside these tests; it goes through the parameter report, the FLOP counter,

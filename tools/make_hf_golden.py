@@ -7,7 +7,8 @@ Needs torch and transformers (not sharedbert's dependencies; the tests only read
 written here):
 
   python tools/make_hf_golden.py [--out=tests/fixtures/hf_bert_tiny]
-  python tools/make_hf_golden.py --arch=roberta-prelayernorm --out=tests/fixtures/hf_prelayernorm_tiny
+  python tools/make_hf_golden.py --arch=roberta-prelayernorm \
+      --out=tests/fixtures/hf_prelayernorm_tiny
 
 Writes, into --out:
   config.json, model.safetensors  what `BertForMaskedLM.save_pretrained` writes (no pooler:

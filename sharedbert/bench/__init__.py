@@ -1,1 +1,2 @@
-"""Benchmarks: step time, MFU, memory and the input pipeline (run), the Hugging Face peer (hf_peer)."""
+"""Benchmarks: step time, MFU, memory and the input pipeline (run), the Hugging Face
+peer (hf_peer)."""

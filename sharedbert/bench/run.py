@@ -7,8 +7,8 @@ For each size and attention variant, the jitted training step of `sharedbert.tra
 by `create_train_state`, `make_optimizer` and `jit_steps`, as `train_and_evaluate` builds
 it) is compiled once; then, in `--rounds` rounds in which every variant and the peer take
 turns, it runs `--warmup` untimed and `--steps` timed steps; the median over all timed steps
-is reported with tokens/s, the FLOP/s of the matrix products it runs (`sharedbert.models.flops`), the
-MFU against the device's peak, XLA's memory for the step and the compile time. In the same
+is reported with tokens/s, the FLOP/s of the matrix products it runs
+(`sharedbert.models.flops`), the MFU against the device's peak, XLA's memory for the step and the compile time. In the same
 run and on the same batch, Hugging Face's `BertForMaskedLM` (PyTorch; `pip install -e
 ".[bench]"`) trains at the same size, batch, sequence length and optimizer, in a separate
 process (`sharedbert/bench/hf_peer.py`, run by `--hf_python`), so that the two never share the

@@ -1,1 +1,2 @@
-"""Checkpoints in and out: Hugging Face (hf, hf_layout) and standard -> shared/kv_shared/masa (shared)."""
+"""Checkpoints in and out: Hugging Face (hf, hf_layout) and standard -> shared, kv_shared
+or masa (shared)."""

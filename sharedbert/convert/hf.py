@@ -54,7 +54,8 @@ from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.config import validation
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.convert import hf_layout
-from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_from_model, hf_from_params,
+from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_from_model,
+                                          hf_from_params,
                                   model_config_from_hf, params_from_hf)
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
 
@@ -388,7 +389,8 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
   """sharedbert workdir -> Hugging Face directory; returns notes for the user.
 
   A pretraining (or imported, or converted) workdir becomes BertForMaskedLM; a fine-tuned
-  seed directory of sharedbert.tasks.finetune (WORKDIR/<task>/seed_<s>) BertForSequenceClassification.
+  seed directory of sharedbert.tasks.finetune (WORKDIR/<task>/seed_<s>)
+  BertForSequenceClassification.
   HF_DIR must be new or empty, unless `overwrite`: then it is replaced whole (no file of
   the old directory stays). Everything is checked and written in a temporary directory
   first, then renamed into place, so a refusal leaves HF_DIR as it was.

@@ -171,9 +171,11 @@ def _mapping(cfg: ModelConfig) -> list[_Entry]:
     add(f'{path}/bias', f'{key}.bias', group)
 
   for name in ('word', 'token_type'):
-    add(f'bert/embeddings/{name}_embeddings/embedding', f'{base}.embeddings.{name}_embeddings.weight')
+    add(f'bert/embeddings/{name}_embeddings/embedding',
+        f'{base}.embeddings.{name}_embeddings.weight')
   # RoBERTa's rows in front of ours (padding only): zeros on export, dropped on import.
-  add('bert/embeddings/position_embeddings/embedding', f'{base}.embeddings.position_embeddings.weight',
+  add('bert/embeddings/position_embeddings/embedding',
+      f'{base}.embeddings.position_embeddings.weight',
       to_ours=lambda t: t[offset:], to_hf=lambda t: np.concatenate(
           [np.zeros((offset, t.shape[1]), t.dtype), t]))
   norm('bert/embeddings/LayerNorm', f'{base}.embeddings.LayerNorm')

@@ -155,4 +155,5 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   from sharedbert import cli
-  app.run(main, flags_parser=cli.flags_parser('sharedbert convert_shared', 'sharedbert.convert.shared'))
+  app.run(main, flags_parser=cli.flags_parser('sharedbert convert_shared',
+                                              'sharedbert.convert.shared'))

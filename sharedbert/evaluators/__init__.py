@@ -1,1 +1,2 @@
-"""What a fine-tuned model is measured on besides its dev set: robustness to embedding noise, cross-domain transfer."""
+"""What a fine-tuned model is measured on besides its dev set: robustness to embedding
+noise, cross-domain transfer."""

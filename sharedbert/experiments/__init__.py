@@ -1,1 +1,2 @@
-"""Experiments built on the core: the controlled study, the attention probes, the recipe ablation."""
+"""Experiments built on the core: the controlled study, the attention probes, the recipe
+ablation."""

@@ -1,6 +1,7 @@
 r"""The budget recipe's ablation: held-out MLM accuracy at the same wall time, per change.
 
-    python -m sharedbert.experiments.recipe_ablation --workdir=/tmp/recipe_ablation --out=docs/recipe
+    python -m sharedbert.experiments.recipe_ablation --workdir=/tmp/recipe_ablation \
+        --out=docs/recipe
     python -m sharedbert.experiments.recipe_ablation --workdir=W --seconds=240 --preset=tiny \
         --corpus=DATA/corpus --variant=standard
 

@@ -12,7 +12,8 @@ Stages, in order (configs/study.py describes every key):
      'auto', every task of the glue_data folder with a train.tsv and its dev file(s)).
      Then each baseline of `baselines`: 'none' is the `standard` architecture (its
      config.json and the shared vocabulary) fine-tuned from random weights, the same way.
-  3. robustness (sharedbert.evaluators.robustness) and cross-domain transfer (sharedbert.evaluators.crossdomain)
+  3. robustness (sharedbert.evaluators.robustness) and cross-domain transfer
+     (sharedbert.evaluators.crossdomain)
      on each fine-tuned model, right after it is trained (fine-tuned weights are not kept).
   4. SQuAD (sharedbert.tasks.squad), when squad.versions is set.
   5. W/report.md, W/summary.json and W/*.png (sharedbert.experiments.study_report), with the verdict
@@ -20,8 +21,10 @@ Stages, in order (configs/study.py describes every key):
 
 Workdir layout:
   config.json                                the study config
-  pretrain/<variant>/                        a sharedbert.train workdir; study_done.json when finished
-  glue/<variant>/<task>/seed_<s>/            sharedbert.tasks.finetune's per-seed files (metrics.json, dev predictions)
+  pretrain/<variant>/                        a sharedbert.train workdir; study_done.json when
+                                             finished
+  glue/<variant>/<task>/seed_<s>/            sharedbert.tasks.finetune's per-seed files
+                                             (metrics.json, dev predictions)
   glue/none/, runs/none/                     the same for the `none` baseline (no pretrain/none)
   runs/<variant>/<task>/seed_<s>.json        one fine-tuned model: GLUE dev record, robustness,
                                              cross-domain, timings (its presence = finished)

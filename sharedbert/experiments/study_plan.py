@@ -1,6 +1,7 @@
 """What the study runs: its configs, tasks, baselines and transfers, and where each
-result lives. Read by the study (sharedbert.experiments.study), its report (sharedbert.experiments.study_report)
-and the config checks (sharedbert.config.validation); it runs nothing.
+result lives. Read by the study (sharedbert.experiments.study), its report
+(sharedbert.experiments.study_report) and the config checks (sharedbert.config.checks); it
+runs nothing.
 """
 
 from __future__ import annotations

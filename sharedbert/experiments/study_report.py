@@ -42,7 +42,8 @@ from sharedbert.utils import reporting
 from sharedbert.experiments import study_plan
 from sharedbert.data import glue
 from sharedbert.metrics import stats
-from sharedbert.experiments.study_plots import plot_glue, plot_pretraining, plot_robustness, plot_time
+from sharedbert.experiments.study_plots import (plot_glue, plot_pretraining, plot_robustness,
+                                               plot_time)
 from sharedbert.experiments.study_stats import (AVERAGE_EXCLUDES, Analysis, analyse, gains_sentence,
                                     headline, reliably_better, task_title, tost_confidence,
                                     verdict_text)

@@ -201,7 +201,8 @@ class AttentionBase(nn.Module):
 
   Everything else the code base needs to know about a variant is asked of its class, so
   that a new variant is one class and one config file (docs/variants.md, "Adding a variant"):
-    param_formula   closed-form parameter counts, checked by sharedbert.models.params against the tree
+    param_formula   closed-form parameter counts, checked against the tree by
+                    sharedbert.models.params
     qkv_flops       its input projections' FLOPs (sharedbert.models.flops)
     dense_projections  instead of the two above, for a variant whose Q, K, V come from that
                     many D x D projections with biases and nothing else
@@ -342,9 +343,8 @@ def diag_initializer(scheme: str, value: float):
       qk = value * jax.random.rademacher(key, (2,) + tuple(shape[1:]), dtype)
     elif scheme == 'normal':
       qk = jax.random.normal(key, (2,) + tuple(shape[1:]), dtype)
-    else:
-      raise UserError(f"model.diag_init_scheme must be one of 'constant', 'signs', 'normal'; "
-                      f'got {scheme!r}')
+    else:  # ModelConfig.validate refuses other schemes first.
+      raise ValueError(f'unknown diag_init_scheme {scheme!r}')
     return jnp.concatenate([qk, jnp.full((1,) + tuple(shape[1:]), value, dtype)])
   return init
 

@@ -70,7 +70,8 @@ class ModelConfig:
     return cfg
 
   def validate(self):
-    from sharedbert.config import validation  # The range of every key (sharedbert/config/validation.py).
+    # The range of every key (sharedbert/config/validation.py).
+    from sharedbert.config import validation
     validation.model(self)
     if self.attention not in attention_lib.VARIANTS:
       raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
@@ -85,9 +86,6 @@ class ModelConfig:
                       f'model.num_heads={self.num_heads}')
     if self.remat not in ('none', 'full', 'dots'):
       raise UserError(f"model.remat must be 'none', 'full' or 'dots', not {self.remat!r}")
-    if self.diag_init_scheme not in ('constant', 'signs', 'normal'):
-      raise UserError("model.diag_init_scheme must be 'constant', 'signs' or 'normal', not "
-                      f"{self.diag_init_scheme!r}")
     if self.attention_impl not in ('xla', 'fused', 'cudnn'):
       raise UserError("model.attention_impl must be 'xla', 'fused' or 'cudnn', not "
                       f"{self.attention_impl!r}")

@@ -1,1 +1,2 @@
-"""Small helpers every part uses: JSON files, display paths, the metric writer, workdir checks and lock."""
+"""Small helpers every part uses: JSON files, display paths, the metric writer, report
+formatting, workdir checks and lock."""

@@ -4,8 +4,8 @@ Only the chief process (process 0) writes; the others accept the calls and do no
 metrics.jsonl has one JSON object a line, always with 'step'; the TensorBoard event files
 are under WORKDIR/tensorboard. A resumed run first drops the lines after the step it
 resumes from (a killed run wrote them, and they will be written again), so metrics.jsonl
-stays one history; TensorBoard itself discards the events of a restarted step range. A write that fails
-(disk full, permissions) raises checkpoint.WriteFailed: the run stops.
+stays one history; TensorBoard itself discards the events of a restarted step range. A
+write that fails (disk full, permissions) raises checkpoint.WriteFailed: the run stops.
 """
 
 from __future__ import annotations
