@@ -74,6 +74,19 @@ def get_config(arg=None):
   config.pretrain.arg = 'size=tiny,recipe=budget'
   config.pretrain.override = ml_collections.ConfigDict()
   config.pretrain.override.seed = 0
+  # The pretraining arms (sharedbert/experiments/study_pretrain.py), the study's headline:
+  # held-out MLM loss of each variant against `standard`, seed-paired.
+  config.pretrain.seeds = 3           # Pretraining seeds 0..seeds-1 per variant (the verdict).
+  config.pretrain.margin_nats = 0.05  # "equivalent": the difference is inside +-this (TOST).
+  config.pretrain.alpha = 0.05        # Level of each test, Holm-adjusted over the variants.
+  config.pretrain.lrs = ()            # Peak rates swept at seed 0 (with the recipe's); each
+                                      # variant's seeds run at its best. () = no sweep.
+  config.pretrain.inits = ()          # Other model.diag_init_scheme values for init_variant.
+  config.pretrain.init_variant = 'shared'
+  config.pretrain.widths = ()         # Other hidden sizes (same depth, heads, FFN ratio).
+  config.pretrain.width_seeds = 2     # Seeds 0..width_seeds-1 at every width.
+  config.pretrain.scaling_variants = ('standard', 'shared', 'symmetric')
+  config.pretrain.workers = 1         # Runs at a time, each pinned to one core.
 
   # Fine-tuning: configs/glue.py, then these overrides; one run per (variant, task, seed).
   config.glue = ml_collections.ConfigDict()
@@ -82,6 +95,14 @@ def get_config(arg=None):
   config.glue.tasks = 'auto'
   config.glue.override = ml_collections.ConfigDict()
   config.glue.override.data = ml_collections.ConfigDict()
+
+  # Linear probes (sharedbert/experiments/study_linear.py): a ridge regression on the
+  # mean-pooled features of every pretraining seed's frozen encoder, per GLUE task; and of
+  # `none`, the untrained encoder. 'auto': the GLUE tasks; () or '' skips them.
+  config.linear_probe = ml_collections.ConfigDict()
+  config.linear_probe.tasks = 'auto'
+  config.linear_probe.max_train_examples = 4000  # A fixed random subset; 0: all.
+  config.linear_probe.seq_len = 128
 
   # Robustness: Gaussian noise on the input embeddings of the fine-tuned models (dev sets).
   # The noise std at level l is l times the std of the embedding output over each
@@ -139,27 +160,40 @@ def get_config(arg=None):
     # (docs/recipe/recipe.md). Fine-tuning runs at 64 tokens (below): positions 32-63 are
     # learned in fine-tuning only, alike for every variant and for `none`.
     config.pretrain.arg = 'size=tiny,recipe=budget'
+    # The pretraining arms: 3 rates spanning 4x, 3 seeds, 3 inits of shared, widths 64 / 128
+    # / 256 with 2 seeds: 29 runs of 1,000 steps, two at a time (one per core). One run at
+    # D=128 takes about 0.165 s a step on one core, D=256 about 0.43, D=64 about 0.08.
+    config.variants = ('standard', 'shared', 'symmetric')
+    config.pretrain.lrs = (1e-3, 2e-3, 4e-3)
+    config.pretrain.inits = ('constant', 'signs', 'normal')
+    config.pretrain.widths = (64, 256)
+    config.pretrain.workers = 2
     p.data.batch_size = 64
-    p.total_steps = 2500
+    p.total_steps = 1000
     p.optim.warmup_steps = 50
-    p.eval_every_steps = 500
-    p.ckpt.every_steps = 500
+    p.eval_every_steps = 200   # The held-out curve, read at equal training FLOPs.
+    p.eval_batches = 0         # The whole held-out split at every evaluation.
+    p.ckpt.every_steps = 250
     config.seeds = 3
     # lr 1e-4 on 1,000 examples for 2 epochs (session 1) left every model predicting the
     # majority label; tiny models from a short pretraining need a larger lr and more steps
     # (SST-2 with lr 1e-3, 4,000 examples, 3 epochs: 66.5% against a majority of 50.9%).
-    g.data.max_train_examples = 2000
+    g.data.max_train_examples = 1000
     g.num_epochs = 3
-    config.robustness.noise_seeds = 2  # Each noisy pass over a dev set costs; 2 seeds per level.
+    # Fine-tuning at the pretraining length (32): positions past 32 were never trained
+    # (at 64, MRPC's and STS-B's second sentences sat on untrained positions).
+    g.data.seq_len = 32
+    config.linear_probe.seq_len = 32
+    config.robustness.tasks = ('sst2', 'mrpc')
+    config.robustness.levels = (0.0, 0.2, 0.4)
+    config.robustness.noise_seeds = 1
     config.crossdomain.max_target_examples = 2000  # QQP's or MNLI's dev set, if present.
     # ---- End of sizing. ----
     p.data.corpus = args['corpus'] or (f'{data}/corpus' if data else '')
     p.data.vocab_train_sentences = 50_000
     p.log_every_steps = 100
-    p.eval_batches = 10
     p.ckpt.max_to_keep = 1
     g.data.glue_dir = f'{data}/glue' if data else ''
-    g.data.seq_len = 64
     g.batch_size = 32
     g.optim.lr = 1e-3
     g.eval.predict_test = False

@@ -221,6 +221,13 @@ STUDY = {
     'squad.warmup_fraction': RATE,
     'squad.max_train_examples': integer(0, text='an integer >= 0 (0: all)'),
     'squad.max_eval_examples': integer(0, text='an integer >= 0 (0: all)'),
+    'pretrain.seeds': POSITIVE,
+    'pretrain.margin_nats': number(0, low_open=True),
+    'pretrain.alpha': FRACTION_OPEN,
+    'pretrain.width_seeds': POSITIVE,
+    'pretrain.workers': POSITIVE,
+    'linear_probe.max_train_examples': integer(0, text='an integer >= 0 (0: all)'),
+    'linear_probe.seq_len': POSITIVE,
 }
 
 SQUAD_VERSIONS = ('1.1', '2.0')

@@ -49,6 +49,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from sharedbert.experiments import study_linear
 from sharedbert.utils import jsonio
 from sharedbert.errors import UserError, one_line_errors
 # The plan (configs, tasks, baselines, result paths) lives in study_plan, which the report
@@ -93,33 +94,12 @@ def pretrain_summary(run_dir: str) -> dict:
 
 
 def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
-  from sharedbert import train as train_lib
-  from sharedbert.data import tokenizer as tokenizer_lib
-  summaries = {}
-  shared_vocab = os.path.join(pretrain_dir(workdir, variants[0]), tokenizer_lib.VOCAB_FILE)
-  for variant in variants:
-    run_dir = pretrain_dir(workdir, variant)
-    done = os.path.join(run_dir, DONE_FILE)
-    if tf.io.gfile.exists(done):
-      summaries[variant] = read_json(done)
-      logging.info('study: pretraining %s already finished (%s)', variant, run_dir)
-      continue
-    cfg = pretrain_config(config, variant)
-    tf.io.gfile.makedirs(run_dir)
-    vocab = os.path.join(run_dir, tokenizer_lib.VOCAB_FILE)
-    if variant != variants[0] and not tf.io.gfile.exists(vocab):
-      # One vocabulary for all: the same token ids, hence the same rows and batches.
-      tf.io.gfile.copy(shared_vocab, vocab)
-    logging.info('study: pretraining %s for %d steps in %s', variant, cfg.total_steps, run_dir)
-    t0 = time.time()
-    train_lib.train_and_evaluate(cfg, run_dir)
-    summary = pretrain_summary(run_dir)
-    summary.update(variant=variant, wall_s=round(time.time() - t0, 1),
-                   total_steps=int(cfg.total_steps), batch_size=int(cfg.data.batch_size),
-                   seq_len=int(cfg.data.seq_len), seed=int(cfg.seed))
-    write_json(done, summary)
-    summaries[variant] = summary
-  return summaries
+  """Every pretraining arm (sharedbert.experiments.study_pretrain): the reference run of each
+  variant, the learning-rate sweep, the inits, the seeds and the widths; returns the
+  reference runs' summaries."""
+  from sharedbert.experiments import study_pretrain
+  results = study_pretrain.run_all(config, workdir, variants)
+  return {v: results[study_pretrain.reference(config, v)] for v in variants}
 
 
 # ---------------------------------------------------------------------------------------
@@ -362,6 +342,8 @@ def run_study(config, workdir: str, *, report_only: bool = False) -> str:
     t0 = time.time()
     run_pretraining(config, workdir, variants)
     logging.info('study: pretraining done (%.0fs)', time.time() - t0)
+    study_linear.run_all(config, workdir, variants, tasks)
+    logging.info('study: linear probes done (%.0fs)', time.time() - t0)
     run_glue(config, workdir, variants, tasks)
     run_squad(config, workdir, variants)
     logging.info('study: all runs done (%.0fs)', time.time() - t0)

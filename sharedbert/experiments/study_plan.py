@@ -51,11 +51,14 @@ def variants_of(config) -> list[str]:
   return variants
 
 
-def pretrain_config(config, variant: str):
+def pretrain_config(config, variant: str, override=None):
+  """configs/<variant>_base.py:<pretrain.arg> with `override` (pretrain.override when None;
+  a pretraining arm passes its own copy with its rate, seed, width or init)."""
+  override = config.pretrain.override if override is None else override
   path = os.path.join(REPO_CONFIGS, f'{variant}_base.py')
   cfg = load_config_file(path, config.pretrain.arg or None)
-  merge_overrides(cfg, config.pretrain.override, 'config.pretrain.override')
-  _rederive_recipe(cfg, config.pretrain.arg or None, config.pretrain.override)
+  merge_overrides(cfg, override, 'config.pretrain.override')
+  _rederive_recipe(cfg, config.pretrain.arg or None, override)
   cfg.model.attention = variant
   return cfg
 

@@ -40,6 +40,9 @@ import tensorflow as tf
 from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
 from sharedbert.experiments import study_plan
+from sharedbert.experiments import study_linear
+from sharedbert.experiments import study_pretrain
+from sharedbert.experiments import study_pretrain_report
 from sharedbert.data import glue
 from sharedbert.metrics import stats
 from sharedbert.experiments.study_plots import (plot_glue, plot_pretraining, plot_robustness,
@@ -96,7 +99,7 @@ def _glue_section(a: Analysis) -> list[str]:
   (conf, baselines, rows, runs, table, cols, has_avg, keys, avg_tasks, majority) = (
       a.conf, a.baselines, a.rows, a.runs, a.table, a.cols, a.has_avg, a.keys, a.avg_tasks,
       a.majority)
-  lines = ['## Headline: GLUE dev scores', '',
+  lines = ['## GLUE dev scores', '',
            f'Score ×100: mean ± std over fine-tuning seeds, then the {conf:.0%} bootstrap '
            'interval of the seed mean over dev examples. Majority: always predicting the most '
            'frequent training label (STS-B: the mean).', '']
@@ -336,8 +339,14 @@ def _summary(a: Analysis) -> dict:
 def build_report(config, workdir: str, variants) -> tuple[str, dict]:
   """The report's markdown and a summary dict (also written as W/summary.json)."""
   a = analyse(config, workdir, variants)
+  arms = study_pretrain.analyse(config, workdir, variants)
   lines = [f'# Controlled study of attention variants (preset `{config.preset}`)', '']
+  lines += study_pretrain_report.sections(arms, workdir)
+  linear = study_linear.analyse(config, workdir, variants, a.tasks)
+  lines += study_linear.section(linear)
+  lines += ['## GLUE (fine-tuning the reference runs)', '']
   lines += headline(a.verdicts, a.gains, a.base, a.baselines, a.margin, a.avg_tasks)
+  lines += _glue_informative(a)
   lines += _header(config, workdir, variants, a.baselines, a.tasks, a.skipped, a.skipped_pairs)
   for section in (_parameters_section, _glue_section, _differences_section,
                   _pretraining_section, _robustness_section, _crossdomain_section,
@@ -345,7 +354,27 @@ def build_report(config, workdir: str, variants) -> tuple[str, dict]:
     lines += section(a)
   lines += ['## SQuAD', ''] + _squad_section(config, workdir, variants)
   lines += _completeness_section(a)
-  return '\n'.join(lines), _summary(a)
+  summary = _summary(a)
+  summary['pretraining'] = {**arms['pretraining'], 'reference': summary['pretraining']}
+  summary['scaling'] = arms['scaling']
+  summary['linear_probes'] = linear
+  avg = a.gains.get('_average', {}) if a.gains else {}
+  # Whether pretrained `standard` is reliably above `none` on the average (None: not run).
+  summary['glue_informative'] = reliably_better(avg['none']) if 'none' in avg else None
+  return '\n'.join(lines), summary
+
+
+def _glue_informative(a) -> list[str]:
+  """A sentence saying the GLUE arm cannot rank encoders when pretrained `standard` is not
+  reliably above the no-pretraining baseline on the average; [] when it is."""
+  avg = a.gains.get('_average', {}) if a.gains else {}
+  if 'none' not in avg or reliably_better(avg['none']):
+    return []
+  return ['**The GLUE arm is uninformative at this compute:** pretrained `standard` is not '
+          'reliably better than the same architecture fine-tuned from random weights (`none`) '
+          'on the average, so what pretraining put into the encoders does not reach these '
+          'fine-tuning scores, and GLUE differences between the variants cannot be read as '
+          'differences of their pretraining.', '']
 
 def _verdict_section(diffs, verdicts, base, keys, margin, conf) -> list[str]:
   tost = tost_confidence(conf)

@@ -1,0 +1,98 @@
+"""Linear probes on frozen encoders: ridge regression on mean-pooled final hidden states.
+
+Cheap (forward passes and one small solve) and sensitive where full fine-tuning of a
+barely pretrained encoder is not: the encoder is not trained, so the score measures what
+pretraining put into its features. Classification tasks regress the one-hot labels and
+predict the largest output; regression tasks (STS-B) regress the score. The ridge penalty
+is chosen on a fixed fifth of the training examples (the same for every encoder), then the
+probe is refit on all of them. Features are standardised with the training set's mean and
+std, so one penalty grid suits every width.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from sharedbert.metrics import glue as glue_metrics
+
+LAMBDAS = (1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _encode_fn(model_cfg):
+  import jax
+  import jax.numpy as jnp
+  from sharedbert.models.bert import BertEncoder
+
+  @jax.jit
+  def encode(params, ids, segments, mask):
+    out = BertEncoder(model_cfg).apply({'params': params}, ids, segments, mask)
+    h = out['sequence_output'].astype(jnp.float32)
+    m = mask[..., None].astype(jnp.float32)
+    return (h * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+  return encode
+
+
+def mean_pooled(model_cfg, params, input_ids, segment_ids, lengths,
+                batch_size: int = 256) -> np.ndarray:
+  """[N, D] mean over each row's first `lengths` tokens (its real ones) of the final hidden
+  states. The last batch is padded to `batch_size` so that one program serves them all."""
+  encode = _encode_fn(model_cfg)
+  mask = (np.arange(input_ids.shape[1])[None, :] < np.asarray(lengths)[:, None]).astype(np.int32)
+  n = len(input_ids)
+  out = []
+  for i in range(0, n, batch_size):
+    ids, seg, m = (a[i:i + batch_size] for a in (input_ids, segment_ids, mask))
+    pad = batch_size - len(ids)
+    if pad:
+      ids, seg, m = (np.concatenate([a, np.zeros((pad, a.shape[1]), a.dtype)])
+                     for a in (ids, seg, m))
+    out.append(np.asarray(encode(params, ids, seg, m))[:batch_size - pad])
+  return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+
+def _targets(spec, labels: np.ndarray) -> np.ndarray:
+  if spec.is_regression:
+    return labels.astype(np.float64)[:, None]
+  return np.eye(spec.num_labels)[labels.astype(int)]
+
+
+def _solve(x: np.ndarray, y: np.ndarray, lam: float):
+  """Ridge with an unpenalised intercept: (w, b) minimising |x w + b - y|^2 + lam |w|^2."""
+  mx, my = x.mean(0), y.mean(0)
+  xc, yc = x - mx, y - my
+  w = np.linalg.solve(xc.T @ xc + lam * np.eye(x.shape[1]), xc.T @ yc)
+  return w, my - mx @ w
+
+
+def _predict(spec, x, w, b) -> np.ndarray:
+  out = x @ w + b
+  return out[:, 0] if spec.is_regression else np.argmax(out, axis=-1)
+
+
+def _score(spec, predictions, labels) -> float:
+  return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, predictions, labels))
+
+
+def probe(spec, train_x, train_y, dev_x, dev_y, lambdas=LAMBDAS) -> dict:
+  """Fits the probe on (train_x, train_y) and scores it on the dev set: {'score',
+  'metrics', 'lambda', 'selection'}."""
+  train_x, dev_x = np.asarray(train_x, np.float64), np.asarray(dev_x, np.float64)
+  mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+  train_x, dev_x = (train_x - mean) / std, (dev_x - mean) / std
+  n = len(train_x)
+  order = np.random.default_rng(0).permutation(n)
+  held, fit = order[:max(n // 5, 1)], order[max(n // 5, 1):]
+  selection = {}
+  for lam in lambdas:
+    w, b = _solve(train_x[fit], _targets(spec, train_y[fit]), lam)
+    selection[f'{lam:g}'] = _score(spec, _predict(spec, train_x[held], w, b), train_y[held])
+  # The largest penalty among the best scores: the simplest probe that does as well.
+  best = max(lambdas, key=lambda lam: (np.nan_to_num(selection[f'{lam:g}'], nan=-np.inf), lam))
+  w, b = _solve(train_x, _targets(spec, train_y), best)
+  predictions = _predict(spec, dev_x, w, b)
+  metrics = glue_metrics.task_metrics(spec, predictions, dev_y)
+  return {'score': glue_metrics.task_score(spec, metrics), 'metrics': metrics,
+          'lambda': best, 'selection': selection}
