@@ -261,3 +261,79 @@ def test_convert_refuses_a_non_standard_source(tmp_path):
   cfg = config('symmetric')
   with pytest.raises(UserError, match='starts from a standard'):
     convert_shared.convert_params(init(cfg), cfg, config('shared'))
+
+
+# ---------------------------------------------------------------------------------------
+# shared and symmetric, fitted to what attention computes (--fit=function, the default).
+
+def in_symmetric_form(params, cfg):
+  """Standard params with W_k = W_q and b_k = b_q: symmetric can hold them."""
+  params = copy.deepcopy(params)
+  for i in range(cfg.num_layers):
+    a = params['bert'][f'layer_{i}']['attention']
+    a['key'] = copy.deepcopy(a['query'])
+  return params
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_function_fits_recover_models_already_of_their_form(seed):
+  cfg = config('standard')
+  for attention, form, fit_fn in (('shared', in_shared_form, fit.fit_shared_function),
+                                  ('symmetric', in_symmetric_form, fit.fit_symmetric_function)):
+    params = form(init(cfg, seed=seed), cfg) if attention == 'symmetric' else form(
+        init(cfg, seed=seed), cfg, seed=seed)
+    _, errors = fit_fn(layer_attention(params, 0))
+    assert max(errors.values()) < 1e-6, (attention, errors)
+    target = config(attention)
+    converted, rows, header = convert_shared.convert_params(params, cfg, target)
+    assert header[1].startswith('scores') and len(rows) == cfg.num_layers
+    for a, b in zip(outputs(cfg, params), outputs(target, converted)):
+      np.testing.assert_allclose(a, b, atol=3e-5, rtol=0)
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2, 3])
+def test_function_fit_never_worse_than_rank_one_in_what_it_optimises(seed):
+  """On random standard weights: the score form and value path errors of the new fit
+  against those of the weight-space (rank one) fit, scored the same way."""
+  cfg = config('standard')
+  params = init(cfg, seed=seed)
+  for i in range(cfg.num_layers):
+    a = layer_attention(params, i)
+    new, new_errors = fit.fit_shared_function(a)
+    old = fit.fit_shared(a)[0]
+    old_errors = fit.shared_function_errors(a, old)
+    assert new_errors == pytest.approx(fit.shared_function_errors(a, new))
+    assert new_errors['scores'] <= old_errors['scores']
+    assert new_errors['values'] <= old_errors['values']
+  # And the converted model's outputs are closer to the original's.
+  def distance(fit_name):
+    converted, _, _ = convert_shared.convert_params(params, cfg, config('shared'), fit_name)
+    a, b = outputs(cfg, params)[0], outputs(config('shared'), converted)[0]
+    return np.linalg.norm(a - b)
+  assert distance('function') < distance('rank1')
+
+
+def test_symmetric_fit_is_the_best_positive_semi_definite_score_form():
+  cfg = config('standard')
+  a = layer_attention(init(cfg, seed=5), 0)
+  new, errors = fit.fit_symmetric_function(a)
+  mean, _ = fit.fit_symmetric_mean(a)
+  def score_error(qk):
+    total, norm = 0.0, 0.0
+    for head in range(cfg.num_heads):
+      _, target = fit.score_target(a['query']['kernel'], a['query']['bias'],
+                                   a['key']['kernel'], a['key']['bias'], head)
+      w = np.concatenate([qk['kernel'][:, head], qk['bias'][None, head]]).astype(np.float64)
+      total += np.sum((target[:, :32] - w @ w[:32].T) ** 2)
+      norm += np.sum(target[:, :32] ** 2)
+    return np.sqrt(total / norm)
+  assert score_error(new['query']) == pytest.approx(errors['scores'], rel=1e-4)
+  assert errors['scores'] < score_error(mean['query'])
+  np.testing.assert_array_equal(new['value']['kernel'], a['value']['kernel'])
+
+
+def test_an_unknown_fit_is_refused():
+  cfg = config('standard')
+  with pytest.raises(UserError, match=r"--fit='pca': the SharedAttention conversion offers "
+                                      r"function, rank1"):
+    convert_shared.convert_params(init(cfg), cfg, config('shared'), 'pca')

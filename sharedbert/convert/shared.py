@@ -1,11 +1,19 @@
-r"""From a pretrained `standard` checkpoint to `shared`, `kv_shared` or `masa` attention.
+r"""From a pretrained `standard` checkpoint to `shared`, `symmetric`, `kv_shared` or `masa`
+attention.
 
   python -m sharedbert.convert.shared --source=STANDARD_WORKDIR --target=NEW_WORKDIR \
-      --attention=shared
+      --attention=shared [--fit=function|rank1]
   python -m sharedbert.convert.shared --source=STANDARD_WORKDIR --target=NEW_WORKDIR \
       --attention=masa [--masa_atoms=0] [--masa_projections=qkvo]
 
-shared: for each layer, W_s, b_s, d_q, d_k, d_v minimise
+shared, --fit=function (the default): per layer and head, fitted to what attention
+computes: the symmetrised score form [W_q; b_q][W_k; b_k]^T and the value path W_v W_o
+(sharedbert/models/fit.py, `fit_shared_function`, derives it).
+
+symmetric, --fit=function (the default): per head, the best positive semi-definite rank-H
+fit of the same symmetrised score form; values kept. --fit=mean: W_qk = (W_q + W_k) / 2.
+
+shared, --fit=rank1: for each layer, W_s, b_s, d_q, d_k, d_v minimise
   sum over r in (q, k, v) of ||[W_r; b_r] - [W_s; b_s] diag(d_r)||_F^2,
 which splits into one problem per output unit j: the (D+1) x 3 matrix whose columns are
 unit j's weights and bias in W_q, W_k, W_v, approximated with rank one. Its top singular
@@ -58,27 +66,29 @@ def _define_flags():
   flags.DEFINE_enum('attention', None, convertible_variants(), 'The variant to convert to.')
   flags.DEFINE_integer('masa_atoms', 0, 'masa: atoms per projection type (0: ceil(L/3)).')
   flags.DEFINE_string('masa_projections', 'qkvo', 'masa: projection types from the dictionary.')
+  flags.DEFINE_string('fit', None, "How attention is fitted: shared 'function' (default) or "
+                      "'rank1'; symmetric 'function' (default) or 'mean'.")
   flags.DEFINE_integer('step', None, 'The source checkpoint step (default: the latest).')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 
 # ---------------------------------------------------------------------------------------
 # Whole models and workdirs.
 
-def convert_params(params: dict, source_cfg: ModelConfig,
-                   target_cfg: ModelConfig) -> tuple[dict, list[list[str]], list[str]]:
+def convert_params(params: dict, source_cfg: ModelConfig, target_cfg: ModelConfig,
+                   fit: str | None = None) -> tuple[dict, list[list[str]], list[str]]:
   """Standard params -> target variant's params; returns (params, table rows, header)."""
   if source_cfg.attention != 'standard':
     raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
                     'starts from a standard one')
-  out, fit = _convert(params, source_cfg, target_cfg)
-  return out, fit.rows, fit.header
+  out, conversion = _convert(params, source_cfg, target_cfg, fit)
+  return out, conversion.rows, conversion.header
 
 
-def _convert(params, source_cfg, target_cfg) -> tuple[dict, attention_lib.Conversion]:
+def _convert(params, source_cfg, target_cfg, fit=None) -> tuple[dict, attention_lib.Conversion]:
   """The target variant's class fits its attention (`from_standard`); the rest is copied."""
   out = copy.deepcopy(params)
   layers = [params['bert'][f'layer_{i}']['attention'] for i in range(source_cfg.num_layers)]
-  fit = attention_lib.VARIANTS[target_cfg.attention].from_standard(layers, target_cfg)
+  fit = attention_lib.VARIANTS[target_cfg.attention].from_standard(layers, target_cfg, fit)
   for i, attention in enumerate(fit.layers):
     out['bert'][f'layer_{i}']['attention'] = attention
   if fit.shared is not None:
@@ -107,7 +117,8 @@ def target_model_config(source_cfg: ModelConfig, attention: str, masa_atoms: int
 
 
 def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int = 0,
-                    masa_projections: str = 'qkvo', step: int | None = None) -> str:
+                    masa_projections: str = 'qkvo', step: int | None = None,
+                    fit: str | None = None) -> str:
   """Converts SOURCE's checkpoint into a new TARGET workdir; returns the report."""
   if os.path.abspath(source) == os.path.abspath(target):
     raise UserError('--target must be a new workdir, not --source')
@@ -118,7 +129,8 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
   if source_cfg.attention != 'standard':
     raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
                     'starts from a standard one')
-  new_params, fit = _convert(params, source_cfg, target_cfg)
+  attention_lib.VARIANTS[attention].conversion_fit(fit)  # A bad --fit before any work.
+  new_params, fit = _convert(params, source_cfg, target_cfg, fit)
   new_params = to_layout(new_params, target_cfg.scan_layers)
   header, rows = fit.header, fit.rows
 
@@ -149,7 +161,7 @@ def main(argv):
       raise UserError('--source, --target and --attention are required')
     print(convert_workdir(FLAGS.source, FLAGS.target, FLAGS.attention,
                           masa_atoms=FLAGS.masa_atoms, masa_projections=FLAGS.masa_projections,
-                          step=FLAGS.step))
+                          step=FLAGS.step, fit=FLAGS.fit))
 
 
 if __name__ == '__main__':

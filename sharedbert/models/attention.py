@@ -277,9 +277,22 @@ class AttentionBase(nn.Module):
     """Whether `paper_figures` are for this setting (the size is checked by the caller)."""
     return True
 
+  # The fits `from_standard` offers (`convert_shared --fit`); the first is the default.
+  conversion_fits: tuple[str, ...] = ()
+
   @classmethod
-  def from_standard(cls, layers: list[dict], config):
-    """standard layers' attention params (NumPy) -> a `Conversion`."""
+  def conversion_fit(cls, fit: str | None) -> str:
+    """`fit`, or the default one, checked against the variant's fits."""
+    if fit is None:
+      return cls.conversion_fits[0] if cls.conversion_fits else ''
+    if fit not in cls.conversion_fits:
+      raise UserError(f'--fit={fit!r}: the {cls.__name__} conversion offers '
+                      f'{", ".join(cls.conversion_fits) or "no choice of fit"}')
+    return fit
+
+  @classmethod
+  def from_standard(cls, layers: list[dict], config, fit: str | None = None):
+    """standard layers' attention params (NumPy) -> a `Conversion`, by the named fit."""
     raise UserError(f'cannot convert to {config.attention!r}; the variant has no conversion '
                     'from standard (from_standard)')
 
@@ -364,13 +377,24 @@ class SharedAttention(AttentionBase):
   def qkv_flops(cls, config):
     return [config.hidden_size], 0
 
+  # 'function': per head, the score form and the value path (fit.fit_shared_function);
+  # 'rank1': the weights, one rank-one fit per output unit (fit.fit_shared).
+  conversion_fits = ('function', 'rank1')
+
   @classmethod
-  def from_standard(cls, layers, config):
-    from sharedbert.models import fit  # NumPy least squares.
+  def from_standard(cls, layers, config, fit=None):
+    from sharedbert.models import fit as fit_lib  # NumPy least squares.
+    if cls.conversion_fit(fit) == 'rank1':
+      return per_layer_conversion(
+          layers, fit_lib.fit_shared, ('qkv',) + fit_lib.ROLES,
+          ['layer', 'Q,K,V together', 'query', 'key', 'value'],
+          'W_s, b_s, d_q, d_k, d_v per layer (least squares on the weights, rank one per '
+          'output unit)', 'weights and biases')
     return per_layer_conversion(
-        layers, fit.fit_shared, ('qkv',) + fit.ROLES,
-        ['layer', 'Q,K,V together', 'query', 'key', 'value'],
-        'W_s, b_s, d_q, d_k, d_v per layer (least squares)', 'weights and biases')
+        layers, fit_lib.fit_shared_function, ('scores', 'values'),
+        ['layer', 'scores [W_q;b_q][W_k;b_k]^T', 'value path W_v W_o'],
+        'W_s, b_s, d_q, d_k, d_v, W_o per layer, fitted per head to the symmetrised score '
+        'form and the value path', 'attention maps')
 
   def qkv(self, x, **kwargs):
     c = self.config
@@ -394,6 +418,22 @@ class SharedAttention(AttentionBase):
 class SymmetricAttention(AttentionBase):
   """K = Q: one projection for queries and keys, so every head's score matrix is symmetric."""
   dense_projections = 2
+  # 'function': the best positive semi-definite fit of each head's symmetrised score form
+  # (fit.fit_symmetric_function); 'mean': W_qk = (W_q + W_k) / 2. Values and W_o are kept.
+  conversion_fits = ('function', 'mean')
+
+  @classmethod
+  def from_standard(cls, layers, config, fit=None):
+    from sharedbert.models import fit as fit_lib  # NumPy eigen-decomposition.
+    if cls.conversion_fit(fit) == 'mean':
+      return per_layer_conversion(
+          layers, fit_lib.fit_symmetric_mean, ('query', 'key'), ['layer', 'query', 'key'],
+          'W_qk, b_qk = the mean of the query and key weights', 'kernels')
+    return per_layer_conversion(
+        layers, fit_lib.fit_symmetric_function, ('scores',),
+        ['layer', 'scores [W_q;b_q][W_k;b_k]^T'],
+        'W_qk, b_qk per layer, the top positive eigenpairs of each head\'s symmetrised score '
+        'form (values kept)', 'attention maps')
 
   def qkv(self, x, **kwargs):
     q = self.projection('query')(x)
@@ -435,8 +475,11 @@ class KVSharedAttention(AttentionBase):
   matrix x W_q W_kv^T x^T is not symmetric, unlike `symmetric`'s and `shared`'s."""
   dense_projections = 2
 
+  conversion_fits = ('function',)
+
   @classmethod
-  def from_standard(cls, layers, config):
+  def from_standard(cls, layers, config, fit=None):
+    cls.conversion_fit(fit)
     from sharedbert.models import fit  # NumPy eigen-decomposition.
     return per_layer_conversion(
         layers, fit.fit_kv_shared, ('scores', 'values'),

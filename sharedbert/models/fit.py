@@ -115,6 +115,150 @@ def fit_kv_shared(attention: dict) -> tuple[dict, dict[str, float]]:
 
 
 # ---------------------------------------------------------------------------------------
+# shared and symmetric: one layer, fitted to what attention computes (issue 34).
+
+def _augmented(kernel, bias, head):
+  """[W; b] of one head: (D+1) x H, the input x extended with a constant 1."""
+  return np.concatenate([kernel[:, head], bias[None, head]])
+
+
+def score_target(wq, bq, wk, bk, head) -> tuple[np.ndarray, np.ndarray]:
+  """(T, A) of one head. A = [W_q; b_q][W_k; b_k]^T ((D+1) x (D+1)) is the score form:
+  score(x, y) = [x 1] A [y 1]^T. Its last column multiplies the key's constant 1, a term of
+  the query alone, which softmax ignores: it is free. T is the symmetric matrix closest to A
+  under that freedom: the symmetric part of the D x D block (the antisymmetric part no
+  symmetric score can hold), the query-bias row b_q W_k^T kept exactly, mirrored into the
+  free column."""
+  a = _augmented(wq, bq, head) @ _augmented(wk, bk, head).T
+  d = a.shape[0] - 1
+  t = a.copy()
+  t[:d, :d] = (a[:d, :d] + a[:d, :d].T) / 2
+  t[:d, d] = a[d, :d]
+  return t, a
+
+
+def fit_shared_function(attention: dict) -> tuple[dict, dict[str, float]]:
+  """A standard layer's attention -> shared's (W_s, b_s, d_q, d_k, d_v, W_o, b_o), fitted
+  per head to the score form and the value path rather than to the weights.
+
+  Shared's head computes score(x, y) = (x S + b) C (y S + b)^T with C = diag(d_q d_k), S =
+  W_s (D x H), b = b_s, and the value path (y S + b) diag(d_v) W_o'. Against the
+  symmetrised score form T (`score_target`: its D x D block T0 and its query-bias row r =
+  b_q W_k^T) and the value path M2 = W_v W_o (D x D; the value bias b_v W_o is a constant,
+  since attention weights sum to one, and moves into b_o):
+    1. the span of S: the top H eigenvectors U of G = T0^2/|T0|^2 + M2 M2^T/|M2|^2, which
+       minimises |(I-P)T0|^2/|T0|^2 + |(I-P)M2|^2/|M2|^2 over projections P of rank H
+       (exact when both lie in an H-dimensional space, as for a model already of shared
+       form);
+    2. inside the span, the rotation R that diagonalises U^T T0 U = R diag(l) R^T: S = U R
+       diag(sqrt|l|), d_q = sign(l), d_k = 1, so S C S^T = (UR) diag(l) (UR)^T, the best
+       symmetric fit in that span;
+    3. b: least squares on b C S^T = r (the key-dependent term of the query bias);
+    4. d_v = 1 and W_o' the least-squares solution of S W_o' = M2; the constant b W_o' and
+       b_v W_o move into b_o.
+  Errors: 'scores' |A[:, :D] - fit|/|A[:, :D]| (A's key-dependent part) and 'values'
+  |M2 - fit|/|M2|, over all heads.
+  """
+  f64 = lambda x: np.asarray(x, np.float64)
+  wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
+  wv, bv = f64(attention['value']['kernel']), f64(attention['value']['bias'])
+  wo, bo = f64(attention['out']['kernel']), f64(attention['out']['bias'])
+  d, n, h = wq.shape
+  dtype = np.asarray(attention['query']['kernel']).dtype
+  shared = np.zeros((d + 1, n, h))
+  diag = np.ones((3, n, h))
+  new_o = np.zeros((n, h, d))
+  new_bo = bo + np.einsum('nh,nhd->d', bv, wo)
+  for head in range(n):
+    t, _ = score_target(wq, bq, wk, bk, head)
+    t0, r = t[:d, :d], t[d, :d]
+    m2 = wv[:, head] @ wo[head]
+    g = t0 @ t0 / max(np.sum(t0 * t0), 1e-30) + m2 @ m2.T / max(np.sum(m2 * m2), 1e-30)
+    u = np.linalg.eigh(g)[1][:, ::-1][:, :h]
+    lam, rot = np.linalg.eigh(u.T @ t0 @ u)
+    scale = np.sqrt(np.maximum(np.abs(lam), 1e-12 * max(np.abs(lam).max(), 1e-30)))
+    s_head = (u @ rot) * scale
+    c = np.where(lam < 0, -1.0, 1.0)
+    b = np.linalg.lstsq(s_head * c, r, rcond=None)[0]
+    x = np.linalg.lstsq(s_head, m2, rcond=None)[0]
+    shared[:d, head], shared[d, head], diag[0, head], new_o[head] = s_head, b, c, x
+    new_bo -= b @ x
+  shared, diag, new_o, new_bo = (a.astype(dtype) for a in (shared, diag, new_o, new_bo))
+  out = {'shared': {'kernel': shared[:d], 'bias': shared[d]}, 'diag': diag,
+         'out': {'kernel': new_o, 'bias': new_bo}}
+  # The errors are those of the stored values (after rounding to the parameter dtype).
+  return out, shared_function_errors(attention, out)
+
+
+def shared_function_errors(attention: dict, fitted: dict) -> dict[str, float]:
+  """How far a shared layer `fitted` computes from the standard layer `attention`, per
+  head: 'scores' |A[:, :D] - (S~ C S^T)|/|A[:, :D]| (A = [W_q; b_q][W_k; b_k]^T, the part
+  that depends on the key; S~ = [W_s; b_s], C = diag(d_q d_k)) and 'values'
+  |W_v W_o - W_s diag(d_v) W_o'|/|W_v W_o|, summed over heads. Any shared fit (rank1's
+  too) can be scored so."""
+  f64 = lambda x: np.asarray(x, np.float64)
+  wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
+  wv, wo = f64(attention['value']['kernel']), f64(attention['out']['kernel'])
+  ws = np.concatenate([f64(fitted['shared']['kernel']), f64(fitted['shared']['bias'])[None]])
+  diag, new_o = f64(fitted['diag']), f64(fitted['out']['kernel'])
+  d = wq.shape[0]
+  squares = {'scores': [0.0, 0.0], 'values': [0.0, 0.0]}
+  for head in range(wq.shape[1]):
+    _, a = score_target(wq, bq, wk, bk, head)
+    s_head = ws[:, head]
+    fit_scores = (s_head * diag[0, head] * diag[1, head]) @ s_head[:d].T
+    fit_values = (s_head[:d] * diag[2, head]) @ new_o[head]
+    for name, target, fit in (('scores', a[:, :d], fit_scores),
+                              ('values', wv[:, head] @ wo[head], fit_values)):
+      squares[name][0] += float(np.sum((target - fit) ** 2))
+      squares[name][1] += float(np.sum(target ** 2))
+  return {k: float(np.sqrt(e / t)) if t else float(np.sqrt(e)) for k, (e, t) in squares.items()}
+
+
+def fit_symmetric_function(attention: dict) -> tuple[dict, dict[str, float]]:
+  """A standard layer's attention -> symmetric's (Q = K = x W_qk + b_qk; values and W_o
+  kept), fitted per head to the score form: W_qk W_qk^T is positive semi-definite, so the
+  best rank-H fit of the symmetrised block T0 (`score_target`) is its top H positive
+  eigenpairs, W_qk = U sqrt(l); then b_qk by least squares on b_qk W_qk^T = r, the query
+  bias's key-dependent term. Errors: 'scores' as `fit_shared_function`'s."""
+  f64 = lambda x: np.asarray(x, np.float64)
+  wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
+  d, n, h = wq.shape
+  dtype = np.asarray(attention['query']['kernel']).dtype
+  qk = np.zeros((d + 1, n, h))
+  for head in range(n):
+    t, _ = score_target(wq, bq, wk, bk, head)
+    lam, vec = np.linalg.eigh(t[:d, :d])
+    lam, vec = lam[::-1][:h], vec[:, ::-1][:, :h]
+    w = vec * np.sqrt(np.maximum(lam, 0.0))
+    qk[:d, head] = w
+    qk[d, head] = np.linalg.lstsq(w, t[d, :d], rcond=None)[0]
+  qk = qk.astype(dtype)
+  err, total = 0.0, 0.0
+  for head in range(n):
+    _, a = score_target(wq, bq, wk, bk, head)
+    s_head = qk[:, head].astype(np.float64)
+    err += float(np.sum((a[:, :d] - s_head @ s_head[:d].T) ** 2))
+    total += float(np.sum(a[:, :d] ** 2))
+  errors = {'scores': float(np.sqrt(err / total)) if total else float(np.sqrt(err))}
+  out = {'query': {'kernel': qk[:d], 'bias': qk[d]},
+         'value': copy.deepcopy(attention['value']), 'out': copy.deepcopy(attention['out'])}
+  return out, errors
+
+
+def fit_symmetric_mean(attention: dict) -> tuple[dict, dict[str, float]]:
+  """The weight-space baseline for symmetric: W_qk = (W_q + W_k) / 2, b_qk likewise; errors
+  of the weights ('query', 'key')."""
+  q, k = attention['query'], attention['key']
+  mean = {x: ((np.asarray(q[x], np.float64) + np.asarray(k[x], np.float64)) / 2).astype(
+      np.asarray(q[x]).dtype) for x in ('kernel', 'bias')}
+  errors = {r: relative_error(np.asarray(attention[r]['kernel'], np.float64), mean['kernel'])
+            for r in ('query', 'key')}
+  return ({'query': mean, 'value': copy.deepcopy(attention['value']),
+           'out': copy.deepcopy(attention['out'])}, errors)
+
+
+# ---------------------------------------------------------------------------------------
 # masa: the stack of layers.
 
 def fit_atoms(matrices: np.ndarray, num_atoms: int) -> tuple[np.ndarray, np.ndarray, list[float]]:

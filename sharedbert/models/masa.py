@@ -110,8 +110,11 @@ class MasaAttention(AttentionBase):
   def paper_applies(cls, config):
     return masa_num_atoms(config) == 4 and sorted(config.masa_projections) == sorted('qkvo')
 
+  conversion_fits = ('pca',)
+
   @classmethod
-  def from_standard(cls, layers, config):
+  def from_standard(cls, layers, config, fit=None):
+    cls.conversion_fit(fit)
     from sharedbert.models import fit  # NumPy least squares.
     dictionary, new_layers, errors = fit.fit_masa(
         layers, masa_num_atoms(config), {t: MASA_TYPES[t] for t in config.masa_projections})
