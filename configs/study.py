@@ -166,6 +166,10 @@ def get_config(arg=None):
     config.variants = ('standard', 'shared', 'symmetric')
     config.pretrain.lrs = (1e-3, 2e-3, 4e-3)
     config.pretrain.inits = ('constant', 'signs', 'normal')
+    # The reference runs' init, pinned whatever the code's default: the init arm compares
+    # the others with it, and phase B takes the best.
+    p.model = ml_collections.ConfigDict()
+    p.model.diag_init_scheme = 'constant'
     config.pretrain.widths = (64, 256)
     config.pretrain.workers = 2
     p.data.batch_size = 64

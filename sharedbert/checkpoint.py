@@ -38,6 +38,9 @@ DAMAGED_DIR = 'checkpoints-damaged'
 
 
 def checkpoint_dir(workdir: str) -> str:
+  # Absolute: orbax refuses a relative path (a user's --source=run), with a traceback.
+  if '://' not in workdir:
+    workdir = os.path.abspath(workdir)
   return workdir.rstrip('/') + '/' + CHECKPOINT_DIR
 
 

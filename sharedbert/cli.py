@@ -144,7 +144,10 @@ SUBCOMMANDS = {
     'bench': ('sharedbert.bench', 'benchmarks: step time, MFU, memory, input pipeline'),
     'convert_hf': ('sharedbert.convert.hf', 'Hugging Face checkpoints: import | export'),
     'convert_shared': ('sharedbert.convert.shared',
-                       'a standard checkpoint to shared, kv_shared or masa attention'),
+                       'a standard checkpoint to shared, symmetric, kv_shared or masa '
+                       'attention'),
+    'conversion': ('sharedbert.experiments.conversion',
+                   'a real encoder converted by every fit, scored zero-shot on STS-B'),
     'recipe_ablation': ('sharedbert.experiments.recipe_ablation',
                         'the budget recipe, one change left out at a time'),
 }

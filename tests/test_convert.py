@@ -337,3 +337,35 @@ def test_an_unknown_fit_is_refused():
   with pytest.raises(UserError, match=r"--fit='pca': the SharedAttention conversion offers "
                                       r"function, rank1"):
     convert_shared.convert_params(init(cfg), cfg, config('shared'), 'pca')
+
+
+def test_function_fits_weighted_by_inputs_stay_exact_on_models_of_their_form():
+  """--fit_text: the fits weighted by the inputs' second moment (here of random, anisotropic
+  inputs) recover a model already of the target's form, and the converted model computes
+  the same outputs."""
+  cfg = config('standard')
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((500, 32)) @ np.diag(np.linspace(0.1, 3, 32)) + 0.5
+  moment = np.concatenate([x, np.ones((500, 1))], 1)
+  moment = moment.T @ moment / 500
+  for attention, params in (('shared', in_shared_form(init(cfg), cfg)),
+                            ('symmetric', in_symmetric_form(init(cfg), cfg))):
+    fit_fn = fit.fit_shared_function if attention == 'shared' else fit.fit_symmetric_function
+    _, errors = fit_fn(layer_attention(params, 0), input_moment=moment)
+    assert max(errors.values()) < 1e-5, (attention, errors)
+    target = config(attention)
+    converted, _ = convert_shared._convert(params, cfg, target, 'function',
+                                           [moment] * cfg.num_layers)
+    for a, b in zip(outputs(cfg, params), outputs(target, converted)):
+      np.testing.assert_allclose(a, b, atol=5e-5, rtol=0)
+  with pytest.raises(UserError, match='--fit_text weights only the function fits'):
+    convert_shared._convert(init(cfg), cfg, config('shared'), 'rank1', [moment] * 3)
+
+
+def test_input_moments_are_second_moments_of_the_real_tokens():
+  h = [np.arange(2 * 3 * 2, dtype=np.float64).reshape(2, 3, 2)] * 2
+  lengths = np.array([3, 1])
+  m = fit.input_moments(h, lengths)
+  assert len(m) == 1
+  rows = np.array([[0, 1, 1], [2, 3, 1], [4, 5, 1], [6, 7, 1]], np.float64)
+  np.testing.assert_allclose(m[0], rows.T @ rows / 4)

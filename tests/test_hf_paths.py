@@ -240,3 +240,35 @@ def test_export_refuses_what_does_not_fit(imported, tmp_path):
     convert_hf.export_hf(str(bare), str(tmp_path / 'hf_out'))
   assert os.listdir(tmp_path / 'hf_out') == ['keep.txt']
   assert not [n for n in os.listdir(tmp_path) if n.startswith('.hf_out')]
+
+
+def test_conversion_experiment_on_the_fixture_bert(tmp_path):
+  """sharedbert.experiments.conversion end to end: import, every arm converted, STS-B
+  zero-shot and layer errors, the summary's keys; a rerun resumes with nothing to do."""
+  from sharedbert.experiments import conversion
+  words = 'the a cat dog sat on mat ran and was big small'.split()
+  rng = np.random.default_rng(0)
+  sent = lambda: ' '.join(rng.choice(words, 6))
+  data = tmp_path / 'data'
+  (data / 'corpus').mkdir(parents=True)
+  (data / 'corpus' / 'text.txt').write_text('\n\n'.join(sent() for _ in range(200)))
+  (data / 'glue' / 'STS-B').mkdir(parents=True)
+  header = ('index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\t'
+            'score\n')
+  (data / 'glue' / 'STS-B' / 'dev.tsv').write_text(header + ''.join(
+      f'{i}\tg\tf\ty\t{i}\ts\ts\t{sent()}\t{sent()}\t{rng.uniform(0, 5):.2f}\n'
+      for i in range(40)))
+  work = tmp_path / 'w'
+  conversion.run(str(FIXTURE), str(data), str(work))
+  summary = json.loads((work / 'summary.json').read_text())
+  c = summary['conversion']
+  assert set(c) == {'original', *conversion.ARMS}
+  assert c['original']['layer_errors'] == [0.0] * len(c['original']['layer_errors'])
+  for name, r in c.items():
+    assert -1 <= r['stsb_spearman'] <= 1 and r['stsb_pairs'] == 40, name
+  assert all(e > 0 for e in c['rank1']['layer_errors'])
+  text = (work / 'report.md').read_text()
+  assert '| `function_text` | shared | function + corpus weighting |' in text
+  before = os.path.getmtime(work / 'results' / 'rank1.json')
+  conversion.run(str(FIXTURE), str(data), str(work))
+  assert os.path.getmtime(work / 'results' / 'rank1.json') == before

@@ -13,6 +13,13 @@ computes: the symmetrised score form [W_q; b_q][W_k; b_k]^T and the value path W
 symmetric, --fit=function (the default): per head, the best positive semi-definite rank-H
 fit of the same symmetrised score form; values kept. --fit=mean: W_qk = (W_q + W_k) / 2.
 
+--fit_text=TEXT weights both function fits by where each layer's inputs lie on real text
+(the second moment of [x 1] over a fixed sample of TEXT's training paragraphs, through the
+source model): the fit then minimises the expected squared error of the scores and values
+on such inputs instead of treating every input direction alike. On all-MiniLM-L6-v2 it took
+the zero-shot STS-B Spearman of the shared conversion from 0.72 (unweighted) and 0.77
+(rank1) to 0.82 (the original: 0.87; docs/checkpoints.md).
+
 shared, --fit=rank1: for each layer, W_s, b_s, d_q, d_k, d_v minimise
   sum over r in (q, k, v) of ||[W_r; b_r] - [W_s; b_s] diag(d_r)||_F^2,
 which splits into one problem per output unit j: the (D+1) x 3 matrix whose columns are
@@ -68,6 +75,9 @@ def _define_flags():
   flags.DEFINE_string('masa_projections', 'qkvo', 'masa: projection types from the dictionary.')
   flags.DEFINE_string('fit', None, "How attention is fitted: shared 'function' (default) or "
                       "'rank1'; symmetric 'function' (default) or 'mean'.")
+  flags.DEFINE_string('fit_text', None, 'Text (a .txt file or a folder of them) whose '
+                      'paragraphs weight the function fits by where the layer inputs lie.')
+  flags.DEFINE_integer('fit_texts', 2000, 'Paragraphs of --fit_text used (a fixed sample).')
   flags.DEFINE_integer('step', None, 'The source checkpoint step (default: the latest).')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 
@@ -84,16 +94,51 @@ def convert_params(params: dict, source_cfg: ModelConfig, target_cfg: ModelConfi
   return out, conversion.rows, conversion.header
 
 
-def _convert(params, source_cfg, target_cfg, fit=None) -> tuple[dict, attention_lib.Conversion]:
+def _convert(params, source_cfg, target_cfg, fit=None,
+             moments=None) -> tuple[dict, attention_lib.Conversion]:
   """The target variant's class fits its attention (`from_standard`); the rest is copied."""
   out = copy.deepcopy(params)
   layers = [params['bert'][f'layer_{i}']['attention'] for i in range(source_cfg.num_layers)]
-  fit = attention_lib.VARIANTS[target_cfg.attention].from_standard(layers, target_cfg, fit)
+  fit = attention_lib.VARIANTS[target_cfg.attention].from_standard(layers, target_cfg, fit,
+                                                                   moments)
   for i, attention in enumerate(fit.layers):
     out['bert'][f'layer_{i}']['attention'] = attention
   if fit.shared is not None:
     out['bert']['shared_attention'] = fit.shared
   return out, fit
+
+
+def input_moments(source_cfg: ModelConfig, params: dict, tokenizer, texts,
+                  seq_len: int = 64) -> list:
+  """Each layer's input second moment E[[x 1]^T [x 1]] on `texts`, through the source model
+  (sharedbert.models.fit.input_moments), for --fit_text."""
+  from sharedbert.evaluators import sts
+  from sharedbert.models import fit as fit_lib
+  if source_cfg.pre_layer_norm:
+    raise UserError('--fit_text: the input moments are taken as a post-LN model\'s layer '
+                    'inputs; this source is pre-LN')
+  ids, segments, lengths = sts.tokenize(tokenizer, texts,
+                                       min(seq_len, source_cfg.max_position_embeddings))
+  hidden = []
+  for i in range(0, len(ids), 256):  # Batches: the hidden states of every layer are kept.
+    chunk = sts.hidden_states(source_cfg, params['bert'], ids[i:i + 256], segments[i:i + 256],
+                              lengths[i:i + 256])
+    hidden.append(fit_lib.input_moments(chunk, lengths[i:i + 256]))
+    hidden[-1] = [m * int(lengths[i:i + 256].sum()) for m in hidden[-1]]
+  total = int(lengths.sum())
+  return [sum(parts) / total for parts in zip(*hidden)]
+
+
+def sample_texts(path: str, count: int, split: str = 'train') -> list[str]:
+  """A fixed sample (seed 0) of `count` paragraphs of a local text corpus, from the split
+  the pretraining pipeline would call `split` (so 'eval' texts are never fitted on)."""
+  import numpy as np
+  from sharedbert.data import sources
+  docs = sources.split_documents(sources.local_documents(path), split, 0.05)
+  if not docs:
+    raise UserError(f'--fit_text={path} has no paragraphs in its {split} split')
+  keep = np.random.default_rng(0).permutation(len(docs))[:count]
+  return [docs[i] for i in sorted(keep)]
 
 
 def convertible_variants() -> list[str]:
@@ -118,7 +163,8 @@ def target_model_config(source_cfg: ModelConfig, attention: str, masa_atoms: int
 
 def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int = 0,
                     masa_projections: str = 'qkvo', step: int | None = None,
-                    fit: str | None = None) -> str:
+                    fit: str | None = None, fit_text: str | None = None,
+                    fit_texts: int = 2000) -> str:
   """Converts SOURCE's checkpoint into a new TARGET workdir; returns the report."""
   if os.path.abspath(source) == os.path.abspath(target):
     raise UserError('--target must be a new workdir, not --source')
@@ -129,8 +175,13 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
   if source_cfg.attention != 'standard':
     raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
                     'starts from a standard one')
-  attention_lib.VARIANTS[attention].conversion_fit(fit)  # A bad --fit before any work.
-  new_params, fit = _convert(params, source_cfg, target_cfg, fit)
+  # A bad --fit before any work (and --fit_text with a fit it cannot weight).
+  attention_lib.VARIANTS[attention].conversion_fit(fit, [] if fit_text else None)
+  moments = None
+  if fit_text:
+    tokenizer = tokenizer_lib.load_workdir(source)
+    moments = input_moments(source_cfg, params, tokenizer, sample_texts(fit_text, fit_texts))
+  new_params, fit = _convert(params, source_cfg, target_cfg, fit, moments)
   new_params = to_layout(new_params, target_cfg.scan_layers)
   header, rows = fit.header, fit.rows
 
@@ -161,7 +212,8 @@ def main(argv):
       raise UserError('--source, --target and --attention are required')
     print(convert_workdir(FLAGS.source, FLAGS.target, FLAGS.attention,
                           masa_atoms=FLAGS.masa_atoms, masa_projections=FLAGS.masa_projections,
-                          step=FLAGS.step, fit=FLAGS.fit))
+                          step=FLAGS.step, fit=FLAGS.fit, fit_text=FLAGS.fit_text,
+                          fit_texts=FLAGS.fit_texts))
 
 
 if __name__ == '__main__':

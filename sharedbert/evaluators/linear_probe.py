@@ -38,19 +38,28 @@ def _encode_fn(model_cfg):
 def mean_pooled(model_cfg, params, input_ids, segment_ids, lengths,
                 batch_size: int = 256) -> np.ndarray:
   """[N, D] mean over each row's first `lengths` tokens (its real ones) of the final hidden
-  states. The last batch is padded to `batch_size` so that one program serves them all."""
+  states. Rows go in order of length, each batch cropped to its longest row (rounded up to
+  8 columns) and padded to `batch_size` rows, so that a few programs serve them all."""
   encode = _encode_fn(model_cfg)
-  mask = (np.arange(input_ids.shape[1])[None, :] < np.asarray(lengths)[:, None]).astype(np.int32)
+  lengths = np.asarray(lengths)
+  mask = (np.arange(input_ids.shape[1])[None, :] < lengths[:, None]).astype(np.int32)
+  order = np.argsort(lengths, kind='stable')
   n = len(input_ids)
   out = []
   for i in range(0, n, batch_size):
-    ids, seg, m = (a[i:i + batch_size] for a in (input_ids, segment_ids, mask))
+    rows = order[i:i + batch_size]
+    width = min(input_ids.shape[1], -(-max(int(lengths[rows].max()), 1) // 8) * 8)
+    ids, seg, m = (a[rows, :width] for a in (input_ids, segment_ids, mask))
     pad = batch_size - len(ids)
     if pad:
       ids, seg, m = (np.concatenate([a, np.zeros((pad, a.shape[1]), a.dtype)])
                      for a in (ids, seg, m))
     out.append(np.asarray(encode(params, ids, seg, m))[:batch_size - pad])
-  return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+  if not out:
+    return np.zeros((0, 0), np.float32)
+  pooled = np.empty((n, out[0].shape[1]), out[0].dtype)
+  pooled[order] = np.concatenate(out)
+  return pooled
 
 
 def _targets(spec, labels: np.ndarray) -> np.ndarray:

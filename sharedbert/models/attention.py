@@ -181,12 +181,15 @@ class Conversion:
   errors_of: str = 'kernels'
 
 
-def per_layer_conversion(layers, fit_layer, error_keys, header, what, errors_of) -> Conversion:
+def per_layer_conversion(layers, fit_layer, error_keys, header, what, errors_of,
+                         moments=None) -> Conversion:
   """A Conversion fitted layer by layer: fit_layer(attention) -> (params, errors), one
-  table row a layer with the errors of `error_keys`."""
+  table row a layer with the errors of `error_keys`; with `moments` (one per layer: the
+  inputs' second moment), fit_layer(attention, input_moment=moments[i])."""
   new_layers, rows = [], []
   for i, attention in enumerate(layers):
-    fitted, errors = fit_layer(attention)
+    fitted, errors = (fit_layer(attention) if moments is None
+                      else fit_layer(attention, input_moment=moments[i]))
     new_layers.append(fitted)
     rows.append([str(i)] + [f'{errors[k]:.2e}' for k in error_keys])
   return Conversion(new_layers, None, header, rows, what, errors_of)
@@ -281,18 +284,24 @@ class AttentionBase(nn.Module):
   conversion_fits: tuple[str, ...] = ()
 
   @classmethod
-  def conversion_fit(cls, fit: str | None) -> str:
-    """`fit`, or the default one, checked against the variant's fits."""
+  def conversion_fit(cls, fit: str | None, moments=None) -> str:
+    """`fit`, or the default one, checked against the variant's fits (and, with
+    `moments`, that it is one weighted by them: 'function')."""
     if fit is None:
-      return cls.conversion_fits[0] if cls.conversion_fits else ''
-    if fit not in cls.conversion_fits:
+      fit = cls.conversion_fits[0] if cls.conversion_fits else ''
+    elif fit not in cls.conversion_fits:
       raise UserError(f'--fit={fit!r}: the {cls.__name__} conversion offers '
                       f'{", ".join(cls.conversion_fits) or "no choice of fit"}')
+    if moments is not None and (fit != 'function' or cls.__name__ == 'KVSharedAttention'):
+      raise UserError(f'--fit_text weights only the function fits of shared and symmetric, '
+                      f'not {cls.__name__} --fit={fit}')
     return fit
 
   @classmethod
-  def from_standard(cls, layers: list[dict], config, fit: str | None = None):
-    """standard layers' attention params (NumPy) -> a `Conversion`, by the named fit."""
+  def from_standard(cls, layers: list[dict], config, fit: str | None = None, moments=None):
+    """standard layers' attention params (NumPy) -> a `Conversion`, by the named fit;
+    `moments` (the inputs' second moment per layer, on real text) weight the fits that
+    take them ('function'), and are refused by the others."""
     raise UserError(f'cannot convert to {config.attention!r}; the variant has no conversion '
                     'from standard (from_standard)')
 
@@ -382,9 +391,9 @@ class SharedAttention(AttentionBase):
   conversion_fits = ('function', 'rank1')
 
   @classmethod
-  def from_standard(cls, layers, config, fit=None):
+  def from_standard(cls, layers, config, fit=None, moments=None):
     from sharedbert.models import fit as fit_lib  # NumPy least squares.
-    if cls.conversion_fit(fit) == 'rank1':
+    if cls.conversion_fit(fit, moments) == 'rank1':
       return per_layer_conversion(
           layers, fit_lib.fit_shared, ('qkv',) + fit_lib.ROLES,
           ['layer', 'Q,K,V together', 'query', 'key', 'value'],
@@ -394,7 +403,8 @@ class SharedAttention(AttentionBase):
         layers, fit_lib.fit_shared_function, ('scores', 'values'),
         ['layer', 'scores [W_q;b_q][W_k;b_k]^T', 'value path W_v W_o'],
         'W_s, b_s, d_q, d_k, d_v, W_o per layer, fitted per head to the symmetrised score '
-        'form and the value path', 'attention maps')
+        'form and the value path' + (', weighted by the inputs on real text' if moments
+                                     is not None else ''), 'attention maps', moments)
 
   def qkv(self, x, **kwargs):
     c = self.config
@@ -423,9 +433,9 @@ class SymmetricAttention(AttentionBase):
   conversion_fits = ('function', 'mean')
 
   @classmethod
-  def from_standard(cls, layers, config, fit=None):
+  def from_standard(cls, layers, config, fit=None, moments=None):
     from sharedbert.models import fit as fit_lib  # NumPy eigen-decomposition.
-    if cls.conversion_fit(fit) == 'mean':
+    if cls.conversion_fit(fit, moments) == 'mean':
       return per_layer_conversion(
           layers, fit_lib.fit_symmetric_mean, ('query', 'key'), ['layer', 'query', 'key'],
           'W_qk, b_qk = the mean of the query and key weights', 'kernels')
@@ -433,7 +443,8 @@ class SymmetricAttention(AttentionBase):
         layers, fit_lib.fit_symmetric_function, ('scores',),
         ['layer', 'scores [W_q;b_q][W_k;b_k]^T'],
         'W_qk, b_qk per layer, the top positive eigenpairs of each head\'s symmetrised score '
-        'form (values kept)', 'attention maps')
+        'form (values kept)' + (', weighted by the inputs on real text' if moments is not None
+                                else ''), 'attention maps', moments)
 
   def qkv(self, x, **kwargs):
     q = self.projection('query')(x)
@@ -478,8 +489,8 @@ class KVSharedAttention(AttentionBase):
   conversion_fits = ('function',)
 
   @classmethod
-  def from_standard(cls, layers, config, fit=None):
-    cls.conversion_fit(fit)
+  def from_standard(cls, layers, config, fit=None, moments=None):
+    cls.conversion_fit(fit, moments)
     from sharedbert.models import fit  # NumPy eigen-decomposition.
     return per_layer_conversion(
         layers, fit.fit_kv_shared, ('scores', 'values'),

@@ -137,7 +137,8 @@ def score_target(wq, bq, wk, bk, head) -> tuple[np.ndarray, np.ndarray]:
   return t, a
 
 
-def fit_shared_function(attention: dict) -> tuple[dict, dict[str, float]]:
+def fit_shared_function(attention: dict, score_weight: float = 1.0,
+                        input_moment=None) -> tuple[dict, dict[str, float]]:
   """A standard layer's attention -> shared's (W_s, b_s, d_q, d_k, d_v, W_o, b_o), fitted
   per head to the score form and the value path rather than to the weights.
 
@@ -158,7 +159,12 @@ def fit_shared_function(attention: dict) -> tuple[dict, dict[str, float]]:
        b_v W_o move into b_o.
   Errors: 'scores' |A[:, :D] - fit|/|A[:, :D]| (A's key-dependent part) and 'values'
   |M2 - fit|/|M2|, over all heads.
+
+  input_moment: E[[x 1]^T [x 1]] of the layer's inputs on real text ((D+1) x (D+1)), or
+  None. Given, the fit is weighted by where the inputs are (`_fit_shared_weighted`).
   """
+  if input_moment is not None:
+    return _fit_shared_weighted(attention, np.asarray(input_moment, np.float64), score_weight)
   f64 = lambda x: np.asarray(x, np.float64)
   wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
   wv, bv = f64(attention['value']['kernel']), f64(attention['value']['bias'])
@@ -173,7 +179,7 @@ def fit_shared_function(attention: dict) -> tuple[dict, dict[str, float]]:
     t, _ = score_target(wq, bq, wk, bk, head)
     t0, r = t[:d, :d], t[d, :d]
     m2 = wv[:, head] @ wo[head]
-    g = t0 @ t0 / max(np.sum(t0 * t0), 1e-30) + m2 @ m2.T / max(np.sum(m2 * m2), 1e-30)
+    g = score_weight * t0 @ t0 / max(np.sum(t0 * t0), 1e-30) + m2 @ m2.T / max(np.sum(m2 * m2), 1e-30)
     u = np.linalg.eigh(g)[1][:, ::-1][:, :h]
     lam, rot = np.linalg.eigh(u.T @ t0 @ u)
     scale = np.sqrt(np.maximum(np.abs(lam), 1e-12 * max(np.abs(lam).max(), 1e-30)))
@@ -187,6 +193,60 @@ def fit_shared_function(attention: dict) -> tuple[dict, dict[str, float]]:
   out = {'shared': {'kernel': shared[:d], 'bias': shared[d]}, 'diag': diag,
          'out': {'kernel': new_o, 'bias': new_bo}}
   # The errors are those of the stored values (after rounding to the parameter dtype).
+  return out, shared_function_errors(attention, out)
+
+
+def _cholesky(moment) -> np.ndarray:
+  """L with L L^T = the moment (slightly regularised: a direction no input takes)."""
+  moment = np.asarray(moment, np.float64)
+  return np.linalg.cholesky(moment + 1e-6 * np.trace(moment) / len(moment) * np.eye(len(moment)))
+
+
+def input_moments(hidden_states, lengths) -> list[np.ndarray]:
+  """E[[x 1]^T [x 1]] over the real tokens of each layer's input: hidden_states as
+  sharedbert.evaluators.sts.hidden_states gives them (the embeddings, then each layer's
+  output; layer i's attention reads entry i, post-LN), [n, T, D] each."""
+  out = []
+  for h in hidden_states[:-1]:
+    mask = np.arange(h.shape[1])[None] < np.asarray(lengths)[:, None]
+    x = np.asarray(h, np.float64)[mask]
+    x = np.concatenate([x, np.ones((len(x), 1))], axis=1)
+    out.append(x.T @ x / max(len(x), 1))
+  return out
+
+
+def _fit_shared_weighted(attention: dict, moment: np.ndarray, score_weight: float):
+  """`fit_shared_function` weighted by the inputs: with moment = L L^T (Cholesky) and
+  [x 1] = u L^T (u white), the score is u (L^T T L) v^T and the value path u L^T M2~
+  (M2~ = [W_v; b_v] W_o, the value bias included), so fitting L^T T L and L^T M2~ in the
+  Frobenius norm fits the scores and values in expectation over such inputs. The steps are
+  `fit_shared_function`'s in those coordinates; then S~ = L^-T S_w, and b_o is kept."""
+  f64 = lambda x: np.asarray(x, np.float64)
+  wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
+  wv, bv = f64(attention['value']['kernel']), f64(attention['value']['bias'])
+  wo = f64(attention['out']['kernel'])
+  d, n, h = wq.shape
+  dtype = np.asarray(attention['query']['kernel']).dtype
+  chol = _cholesky(moment)
+  shared = np.zeros((d + 1, n, h))
+  diag = np.ones((3, n, h))
+  new_o = np.zeros((n, h, d))
+  for head in range(n):
+    t, _ = score_target(wq, bq, wk, bk, head)
+    t_w = chol.T @ t @ chol
+    m2_w = chol.T @ (_augmented(wv, bv, head) @ wo[head])
+    g = (score_weight * t_w @ t_w / max(np.sum(t_w * t_w), 1e-30)
+         + m2_w @ m2_w.T / max(np.sum(m2_w * m2_w), 1e-30))
+    u = np.linalg.eigh(g)[1][:, ::-1][:, :h]
+    lam, rot = np.linalg.eigh(u.T @ t_w @ u)
+    scale = np.sqrt(np.maximum(np.abs(lam), 1e-12 * max(np.abs(lam).max(), 1e-30)))
+    s_w = (u @ rot) * scale
+    shared[:, head] = np.linalg.solve(chol.T, s_w)
+    diag[0, head] = np.where(lam < 0, -1.0, 1.0)
+    new_o[head] = np.linalg.lstsq(s_w, m2_w, rcond=None)[0]
+  shared, diag, new_o = (a.astype(dtype) for a in (shared, diag, new_o))
+  out = {'shared': {'kernel': shared[:d], 'bias': shared[d]}, 'diag': diag,
+         'out': {'kernel': new_o, 'bias': np.asarray(attention['out']['bias']).copy()}}
   return out, shared_function_errors(attention, out)
 
 
@@ -215,19 +275,28 @@ def shared_function_errors(attention: dict, fitted: dict) -> dict[str, float]:
   return {k: float(np.sqrt(e / t)) if t else float(np.sqrt(e)) for k, (e, t) in squares.items()}
 
 
-def fit_symmetric_function(attention: dict) -> tuple[dict, dict[str, float]]:
+def fit_symmetric_function(attention: dict, input_moment=None) -> tuple[dict, dict[str, float]]:
   """A standard layer's attention -> symmetric's (Q = K = x W_qk + b_qk; values and W_o
   kept), fitted per head to the score form: W_qk W_qk^T is positive semi-definite, so the
   best rank-H fit of the symmetrised block T0 (`score_target`) is its top H positive
   eigenpairs, W_qk = U sqrt(l); then b_qk by least squares on b_qk W_qk^T = r, the query
-  bias's key-dependent term. Errors: 'scores' as `fit_shared_function`'s."""
+  bias's key-dependent term. Errors: 'scores' as `fit_shared_function`'s.
+
+  input_moment: as `fit_shared_function`'s; given, the top positive eigenpairs of L^T T L
+  (the whole augmented T, bias row included), mapped back by L^-T."""
   f64 = lambda x: np.asarray(x, np.float64)
   wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
   d, n, h = wq.shape
   dtype = np.asarray(attention['query']['kernel']).dtype
   qk = np.zeros((d + 1, n, h))
+  chol = None if input_moment is None else _cholesky(input_moment)
   for head in range(n):
     t, _ = score_target(wq, bq, wk, bk, head)
+    if chol is not None:
+      lam, vec = np.linalg.eigh(chol.T @ t @ chol)
+      lam, vec = lam[::-1][:h], vec[:, ::-1][:, :h]
+      qk[:, head] = np.linalg.solve(chol.T, vec * np.sqrt(np.maximum(lam, 0.0)))
+      continue
     lam, vec = np.linalg.eigh(t[:d, :d])
     lam, vec = lam[::-1][:h], vec[:, ::-1][:, :h]
     w = vec * np.sqrt(np.maximum(lam, 0.0))

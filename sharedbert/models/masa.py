@@ -113,8 +113,8 @@ class MasaAttention(AttentionBase):
   conversion_fits = ('pca',)
 
   @classmethod
-  def from_standard(cls, layers, config, fit=None):
-    cls.conversion_fit(fit)
+  def from_standard(cls, layers, config, fit=None, moments=None):
+    cls.conversion_fit(fit, moments)
     from sharedbert.models import fit  # NumPy least squares.
     dictionary, new_layers, errors = fit.fit_masa(
         layers, masa_num_atoms(config), {t: MASA_TYPES[t] for t in config.masa_projections})
