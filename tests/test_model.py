@@ -128,13 +128,14 @@ def test_shared_attention_matches_numpy():
 
 def test_shared_with_unit_diagonals_equals_standard_with_tied_weights():
   inputs = make_inputs()
-  shared = BertForPretraining(ModelConfig(attention='shared', **TINY))
+  shared = BertForPretraining(ModelConfig(attention='shared', diag_init_scheme='constant',
+                                          **TINY))
   standard = BertForPretraining(ModelConfig(attention='standard', **TINY))
   sp = init(shared, inputs, seed=3)
   tp = init(standard, inputs, seed=4)
   for i in range(TINY['num_layers']):
     a = sp['bert'][f'layer_{i}']['attention']
-    np.testing.assert_array_equal(a['diag'], 1.0)  # diag_init = 1.
+    np.testing.assert_array_equal(a['diag'], 1.0)  # diag_init = 1, scheme 'constant'.
     ta = tp['bert'][f'layer_{i}']['attention']
     for role in ('query', 'key', 'value'):
       ta[role] = a['shared']

@@ -49,7 +49,7 @@ class ModelConfig:
   attention_impl: str = 'xla'
   one_hot_embeddings: bool = False
   diag_init: float = 1.0
-  diag_init_scheme: str = 'constant'
+  diag_init_scheme: str = 'signs'
   pairwise_init_std: float = 1.0
   qk_shared_fraction: float = 0.5
   masa_atoms: int = 4
