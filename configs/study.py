@@ -4,7 +4,10 @@ r"""The controlled comparison of attention variants (sharedbert/experiments/stud
   python -m sharedbert.experiments.study --config=configs/study.py:gpu --workdir=W --config.seeds=5
 
 Every variant in `variants` is pretrained under one recipe (the same vocabulary, data
-order, steps and seed: `pretrain`), then fine-tuned on `glue.tasks` ('auto', or names
+order, masks and steps: `pretrain`) with `pretrain.seeds` seeds, each variant at its best
+rate of `pretrain.lrs`, beside an init arm and a scaling arm (`pretrain.*`; the report
+leads with the seed-paired verdict on held-out MLM loss); then its frozen encoders are
+probed linearly (`linear_probe`) and fine-tuned on `glue.tasks` ('auto', or names
 comma-separated: 'cola,sst2') with `seeds`
 fine-tuning seeds (configs/glue.py with the overrides in `glue`), evaluated under
 embedding noise (`robustness`) and across domains (`crossdomain`), and on SQuAD when
@@ -19,11 +22,13 @@ undecided against `standard`.
 
 Presets (the word after the colon; `data=DIR` points at a folder with corpus/ (text files)
 and glue/ (glue_data task folders); cpu needs it, gpu needs it or corpus=...):
-  cpu  the `tiny` model (L=2, D=128, vocabulary 2048) under the budget recipe
-       (pretrain.arg 'size=tiny,recipe=budget': rows of 32 tokens) on a local corpus and
-       glue_data, 2,500 pretraining steps of batch 64, at most 2,000 training examples per task
-       (glue.override.data.max_train_examples), 3 epochs at lr 1e-3. Its sizing (model,
-       steps, batch, examples, epochs, seeds) is one block of get_config. GLUE tasks:
+  cpu  `standard`, `shared`, `symmetric`: the `tiny` model (L=2, D=128, vocabulary 2048)
+       under the budget recipe (pretrain.arg 'size=tiny,recipe=budget': rows of 32 tokens)
+       on a local corpus, 1,000 pretraining steps of batch 64, in arms (study_pretrain.py):
+       rates 1e-3, 2e-3, 4e-3; 3 seeds at each variant's best; shared's diagonals constant,
+       signs, normal; widths 64, 128, 256 with 2 seeds; about 30 runs (30 in the reference run), two at a time. Then linear
+       probes, and GLUE fine-tuning at 32 tokens with at most 1,000 training examples per
+       task, 3 epochs at lr 1e-3. Its sizing is one block of get_config. GLUE tasks:
        glue.tasks='auto', every task folder of DIR/glue with a train.tsv and its dev
        file(s); a folder without them is skipped and the report says why ("RTE: no
        train.tsv"). Cross-domain: the GLUE-to-GLUE pairs whose source ran and whose
@@ -161,7 +166,7 @@ def get_config(arg=None):
     # learned in fine-tuning only, alike for every variant and for `none`.
     config.pretrain.arg = 'size=tiny,recipe=budget'
     # The pretraining arms: 3 rates spanning 4x, 3 seeds, 3 inits of shared, widths 64 / 128
-    # / 256 with 2 seeds: 29 runs of 1,000 steps, two at a time (one per core). One run at
+    # / 256 with 2 seeds: about 30 runs of 1,000 steps, two at a time (one per core). One run at
     # D=128 takes about 0.165 s a step on one core, D=256 about 0.43, D=64 about 0.08.
     config.variants = ('standard', 'shared', 'symmetric')
     config.pretrain.lrs = (1e-3, 2e-3, 4e-3)

@@ -21,6 +21,7 @@ from test_study import _toy_config, _write_fixture_data
 def _arms_config(tmp_path, **pretrain):
   corpus, glue_dir = _write_fixture_data(tmp_path)
   config = _toy_config(corpus, glue_dir)
+  config.pretrain.override.model.diag_init_scheme = 'constant'  # As the cpu preset pins it.
   config.pretrain.update(dict(seeds=2, lrs=(1e-3,), inits=('constant', 'signs'), widths=(16,),
                               width_seeds=2, workers=1), **pretrain)
   return config
