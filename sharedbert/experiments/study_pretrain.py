@@ -408,8 +408,10 @@ def analyse(config, workdir: str, variants) -> dict:
 
   per_seed = {v: {s: loss(at(v, seed=s)) for s in seeds} for v in variants}
   per_seed = {v: {s: x for s, x in d.items() if x is not None} for v, d in per_seed.items()}
-  out = {'margin_nats': margin, 'alpha': alpha,
-         'chosen': {v: {'lr': r.lr, 'init': r.init} for v, r in chosen.items()},
+  out = {'margin_nats': margin, 'alpha': alpha, 'init_variant': str(p.init_variant),
+         # The init only for the variant with diagonals (the others' is a default they ignore).
+         'chosen': {v: {'lr': r.lr, **({'init': r.init} if v == p.init_variant else {})}
+                    for v, r in chosen.items()},
          'multiple_comparisons': f'Holm over the {max(len(variants) - 1, 0)} variants '
                                  f'compared with {VERDICT_BASE}, each question (difference, '
                                  'equivalence) its own family',

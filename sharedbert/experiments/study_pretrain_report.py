@@ -53,7 +53,7 @@ def verdict_section(p: dict) -> list[str]:
     std = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
     e = p.get('verdict', {}).get(v)
     ch = p.get('chosen', {}).get(v, {})
-    rows.append([f'`{v}`', f'{ch.get("lr", float("nan")):g}', ch.get('init', ''), len(vals),
+    rows.append([f'`{v}`', f'{ch.get("lr", float("nan")):g}', ch.get('init', '–'), len(vals),
                  f'{_f(mean)} ± {_f(std)}',
                  _signed(e['delta_nats']) if e else '(base)',
                  _ci(e['ci_low'], e['ci_high']) if e else '',
