@@ -68,21 +68,9 @@ def study(config) -> None:
       raise UserError(f'squad.versions must hold only {known}, '
                       f'got {versions!r}')
   from sharedbert.experiments import study_plan as study_lib
-  from sharedbert.experiments import study_pretrain
   variants = study_lib.variants_of(config)
   for variant in variants:
     pretrain(study_lib.pretrain_config(config, variant))
-  # Every arm's run config (its rate, seed, width, init), checked like any pretraining run.
-  for run in study_pretrain.phase_a(config, variants) + study_pretrain.phase_b(
-      config, variants, {v: study_pretrain.reference(config, v) for v in variants}):
-    pretrain(study_pretrain.run_config(config, run))
-  if config.pretrain.init_variant not in study_pretrain.attention_variants():
-    raise UserError(f'pretrain.init_variant={config.pretrain.init_variant!r} is not a '
-                    f'variant; known: {", ".join(study_pretrain.attention_variants())}')
-  unknown = [v for v in config.pretrain.scaling_variants
-             if v not in study_pretrain.attention_variants()]
-  if unknown:
-    raise UserError(f'pretrain.scaling_variants lists {unknown}, not variants')
   study_lib.baselines_of(config, variants)
   # None: 'auto', the tasks of the glue_data folder (found by the study's preflight).
   tasks = study_lib.listed_glue_tasks(config) or ['all']

@@ -69,28 +69,8 @@ read_json = jsonio.read_json
 # ---------------------------------------------------------------------------------------
 # Stage 1: pretraining.
 
-read_metrics_jsonl = jsonio.read_jsonl
-
-
 # How a study is given its corpus (configs/study.py), named in corpus errors' hints.
 STUDY_CORPUS_KEY = 'corpus= after the preset (e.g. configs/study.py:cpu,corpus=PATH)'
-
-def pretrain_summary(run_dir: str) -> dict:
-  """Final held-out MLM figures and the mean step time from a run's metrics.jsonl."""
-  lines = read_metrics_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
-  train = [l for l in lines if 'loss' in l and 'step_time' in l]
-  evals = [l for l in lines if 'eval_loss' in l]
-  step_times = [l['step_time'] for l in train]
-  out = {'steps': max((l.get('step', 0) for l in lines), default=0),
-         'step_time_mean': float(np.mean(step_times)) if step_times else None,
-         'step_time_median': float(np.median(step_times)) if step_times else None}
-  if evals:
-    last = evals[-1]
-    out.update(eval_loss=last['eval_loss'], eval_mlm_accuracy=last.get('eval_mlm_accuracy'),
-               eval_majority_accuracy=last.get('eval_majority_accuracy'))
-  if train:
-    out['train_loss'] = train[-1]['loss']
-  return out
 
 
 def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
@@ -300,6 +280,24 @@ def write_study_config(config, workdir: str) -> None:
   write_json(path, new)
 
 
+def _check_arms(config, variants: list[str]) -> None:
+  """Every pretraining arm's run config (its rate, seed, width, init) checked like any
+  pretraining run, and the arms' variant names."""
+  from sharedbert.config import checks as config_checks
+  from sharedbert.experiments import study_pretrain
+  known = study_pretrain.attention_variants()
+  if config.pretrain.init_variant not in known:
+    raise UserError(f'pretrain.init_variant={config.pretrain.init_variant!r} is not a '
+                    f'variant; known: {", ".join(known)}')
+  unknown = [v for v in config.pretrain.scaling_variants if v not in known]
+  if unknown:
+    raise UserError(f'pretrain.scaling_variants lists {unknown}, not variants')
+  references = {v: study_pretrain.reference(config, v) for v in variants}
+  for run in (study_pretrain.phase_a(config, variants)
+              + study_pretrain.phase_b(config, variants, references)):
+    config_checks.pretrain(study_pretrain.run_config(config, run))
+
+
 def preflight(config, workdir: str, variants: list[str]) -> None:
   """What a user's mistake can fail, checked before the study writes anything: every
   value (sharedbert/config/validation.py), the workdir, the mesh and corpus of the pretraining
@@ -314,6 +312,7 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
                     f'corpus/ and glue/, --config=configs/study.py:{config.preset},data=DIR '
                     '(or corpus=PATH for the pretraining text alone)')
   config_checks.study(config)
+  _check_arms(config, variants)
   validation.workdir(workdir)
   try:
     train_lib.preflight(pretrain_config(config, variants[0]))

@@ -149,10 +149,27 @@ def _load_done(path: str):
   return jsonio.read_json(path) if tf.io.gfile.exists(path) else None
 
 
+def pretrain_summary(run_dir: str) -> dict:
+  """Final held-out MLM figures and the mean step time from a run's metrics.jsonl."""
+  lines = jsonio.read_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
+  train = [l for l in lines if 'loss' in l and 'step_time' in l]
+  evals = [l for l in lines if 'eval_loss' in l]
+  step_times = [l['step_time'] for l in train]
+  out = {'steps': max((l.get('step', 0) for l in lines), default=0),
+         'step_time_mean': float(np.mean(step_times)) if step_times else None,
+         'step_time_median': float(np.median(step_times)) if step_times else None}
+  if evals:
+    last = evals[-1]
+    out.update(eval_loss=last['eval_loss'], eval_mlm_accuracy=last.get('eval_mlm_accuracy'),
+               eval_majority_accuracy=last.get('eval_majority_accuracy'))
+  if train:
+    out['train_loss'] = train[-1]['loss']
+  return out
+
+
 def run_summary(cfg, run_dir_: str, wall_s: float) -> dict:
   """What the study keeps of a finished run: held-out figures, the held-out curve,
   parameters and FLOPs."""
-  from sharedbert.experiments import study
   from sharedbert.models import flops as flops_lib
   from sharedbert.models import params as params_lib
   from sharedbert.models.bert import ModelConfig
@@ -163,7 +180,7 @@ def run_summary(cfg, run_dir_: str, wall_s: float) -> dict:
   step_flops = flops_lib.train_step_flops(model_cfg, d.batch_size, d.seq_len,
                                           d.batch_size * max_predictions(d))
   lines = jsonio.read_jsonl(os.path.join(run_dir_, 'metrics.jsonl'))
-  out = study.pretrain_summary(run_dir_)
+  out = pretrain_summary(run_dir_)
   out.update(
       variant=str(cfg.model.attention), wall_s=round(wall_s, 1), total_steps=int(cfg.total_steps), batch_size=int(d.batch_size),
       seq_len=int(d.seq_len), seed=int(cfg.seed), lr=float(cfg.optim.lr),
