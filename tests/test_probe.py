@@ -132,6 +132,15 @@ def test_random_batches_are_consistent(task):
         step = -1 if ids[pos - 1] == pt.BEFORE else 1
         assert kind == (step == -1)
         assert ids[list(ids[:sep]).index(ids[pos]) + step] == label
+      elif task == 'cyclic':
+        # Brute force: walk round the cycle from the query to the next shown symbol.
+        shown = [int(x) - pt.NUM_SPECIAL for x in ids[1:sep]]
+        query = int(ids[pos]) - pt.NUM_SPECIAL
+        assert len(set(shown)) == 3 and query in shown and b.segment_ids[i, pos] == 1
+        y = (query + 1) % cfg.vocab_size
+        while y not in shown:
+          y = (y + 1) % cfg.vocab_size
+        assert label == pt.symbol(y)
 
 
 def test_difficulty_knobs_are_config_keys_that_change_the_data():
@@ -190,7 +199,42 @@ def test_presets_validate():
     # Every registered variant is probed (issue 31's three included).
     assert set(cfg.variants) >= {'standard', 'shared', 'symmetric', 'pairwise', 'partial_qk',
                                  'masa', 'kv_shared', 'single', 'q_identity'}
-    assert len(cfg.tasks) == 4
+    assert len(cfg.tasks) == 5
+    # cyclic on its own one-layer model; the other tasks on the probe's.
+    assert probe.model_config(cfg, 'standard', 'cyclic').num_layers == 1
+    assert probe.model_config(cfg, 'standard', 'mqar').num_layers == cfg.model.num_layers
+
+
+def _symmetric_accuracy(score, n):
+  """Accuracy on every (triple, query) of the cyclic task when the query picks, of the
+  other two, the one with the higher score[query, y] (a tie counts as wrong)."""
+  import itertools
+  right = total = 0
+  for triple in itertools.combinations(range(n), 3):
+    for x in triple:
+      a, b = [y for y in triple if y != x]
+      if score[x, a] == score[x, b]:
+        pick = None
+      else:
+        pick = a if score[x, a] > score[x, b] else b
+      right += pick == pt.cyclic_successor(triple, x, n)
+      total += 1
+  return right / total
+
+
+def test_no_symmetric_score_passes_the_cyclic_ceiling_and_one_reaches_it():
+  n = 9
+  rng = np.random.default_rng(0)
+  for _ in range(50):  # Symmetric M plus a key bias h: never above 2/3.
+    m = rng.standard_normal((n, n))
+    score = (m + m.T) + rng.standard_normal(n)[None, :]
+    assert _symmetric_accuracy(score, n) <= pt.symmetric_ceiling('cyclic') + 1e-12
+  x, y = np.meshgrid(np.arange(n), np.arange(n), indexing='ij')
+  reaching = np.maximum(x, y) - np.minimum(x, y) / n   # The docstring's construction.
+  assert _symmetric_accuracy(reaching, n) == pytest.approx(2 / 3)
+  # A score that is not symmetric answers every query: -(distance ahead).
+  ahead = -((y - x) % n).astype(float)
+  assert _symmetric_accuracy(ahead, n) == 1.0
 
 
 def test_paired_difference_is_reliable_only_when_the_interval_excludes_zero():

@@ -81,12 +81,20 @@ def validate(config) -> None:
     model_config(config, variant)
 
 
-def model_config(config, variant: str):
-  """The encoder's ModelConfig: configs' tiny model, then config.model, sized to the data."""
+def task_model(config, task: str | None) -> dict:
+  """A task's own model keys (config.<task>.model, e.g. cyclic's one layer), or {}."""
+  if task is None or 'model' not in config[task]:
+    return {}
+  return dict(config[task].model)
+
+
+def model_config(config, variant: str, task: str | None = None):
+  """The encoder's ModelConfig: configs' tiny model, then config.model, then the task's
+  own model keys (config.<task>.model), sized to the data."""
   from sharedbert import config as sb_config
   from sharedbert.models.bert import ModelConfig
   m = sb_config.model_config(variant, 'tiny')
-  for key, value in config.model.items():
+  for key, value in list(config.model.items()) + list(task_model(config, task).items()):
     if key not in m:
       raise UserError(f'config.model.{key} is not a model key; known: {", ".join(sorted(m))}')
     if key in ('attention', 'vocab_size', 'max_position_embeddings'):
@@ -136,9 +144,10 @@ def eval_set(config, task: str, seed: int) -> dict[str, np.ndarray]:
 # The model and its jitted functions, built once per variant.
 
 class Trainer:
-  """One variant's model, optimizer and compiled train/eval functions (shared by all tasks)."""
+  """One variant's model, optimizer and compiled train/eval functions (shared by all tasks
+  of the same model: `task` names the one whose own model keys it takes)."""
 
-  def __init__(self, config, variant: str):
+  def __init__(self, config, variant: str, task: str | None = None):
     import functools
     import jax
     import jax.numpy as jnp
@@ -149,7 +158,7 @@ class Trainer:
     from sharedbert.tasks import engine
 
     self.variant = variant
-    self.model_cfg = model_config(config, variant)
+    self.model_cfg = model_config(config, variant, task)
     self.model = model = BertForPretraining(self.model_cfg)
     self.tx, _ = optim_lib.make_optimizer(config.optim, int(config.total_steps))
     tx = self.tx
@@ -264,9 +273,13 @@ def run_all(config, workdir: str) -> float:
       logging.info('probe: %s: all runs finished', variant)
       continue
     t0 = time.time()
-    trainer = Trainer(config, variant)
-    counts = parameter_counts(trainer.model_cfg)
+    trainers = {}  # One per distinct task model (most tasks share the probe's model).
     for task, seed in todo:
+      key = json.dumps(task_model(config, task), sort_keys=True)
+      if key not in trainers:
+        trainers[key] = Trainer(config, variant, task)
+      trainer = trainers[key]
+      counts = parameter_counts(trainer.model_cfg)
       if (task, seed) not in eval_cache:
         eval_cache[task, seed] = eval_set(config, task, seed)
       t_run = time.time()

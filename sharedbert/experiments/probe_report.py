@@ -36,7 +36,7 @@ def _signed(x, digits: int = 3) -> str:
 # The numbers.
 
 def task_knobs(config, task: str) -> dict:
-  return dict(config[task])
+  return {k: (dict(v) if hasattr(v, 'items') else v) for k, v in config[task].items()}
 
 
 def summarize(config, runs: dict) -> dict:
@@ -52,6 +52,8 @@ def summarize(config, runs: dict) -> dict:
   for task in config.tasks:
     entry = {'chance': probe_tasks.chance(task, config), 'knobs': task_knobs(config, task),
              'variants': {}}
+    if probe_tasks.symmetric_ceiling(task) is not None:
+      entry['symmetric_ceiling'] = probe_tasks.symmetric_ceiling(task)
     for variant in config.variants:
       done = [runs[variant, task, s] for s in seeds if (variant, task, s) in runs]
       if not done:

@@ -28,6 +28,17 @@ Tasks (configs/probe.py holds their difficulty knobs):
   majority   the control: `length` symbols from an alphabet of `num_symbols`, the most
              frequent one ahead of the runner-up by at least `margin`; predict it at CLS.
              Needs attention to pool, but no direction.
+  cyclic     direction without positions: the content symbols 0..vocab_size-1 lie on a
+             cycle; three distinct ones are shown in random order, then one of them again as
+             the query (segment 1); predict, at the query, its successor among the three in
+             cyclic order. No symmetric score can do that for every triple: with
+             s(x, y) = M[x, y] + h[y] (M symmetric, h a key bias), answering a -> b, b -> c
+             and c -> a (a, b, c in cyclic order) needs M_ab + h_b > M_ac + h_c,
+             M_bc + h_c > M_ab + h_a and M_ca + h_a > M_bc + h_b, whose sum is 0 > 0. So at
+             most 2 of a triple's 3 queries are answered through attention: a ceiling of 2/3
+             (`symmetric_ceiling`), which M[x, y] = max(x, y) - min(x, y)/n reaches. A model
+             can pass it only around attention (the residual and FFN): configs/probe.py runs
+             this task on one layer (`cyclic.model`).
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ from sharedbert.errors import UserError
 PAD, CLS, SEP, AFTER, BEFORE, MASK = range(6)
 NUM_SPECIAL = 6
 SPECIAL_NAMES = ('PAD', 'CLS', 'SEP', 'AFTER', 'BEFORE', 'MASK')
-TASKS = ('mqar', 'directed', 'induction', 'majority')
+TASKS = ('mqar', 'directed', 'induction', 'majority', 'cyclic')
 DIRECTIONS = ('after', 'before')  # The directed task's kinds, in `kind` order.
 
 
@@ -70,7 +81,7 @@ class Batch:
 
 def num_predictions(name: str, cfg) -> int:
   """Prediction slots a task uses per row."""
-  if name == 'majority':
+  if name in ('majority', 'cyclic'):
     return 1
   return int(cfg[name].num_queries)
 
@@ -98,6 +109,10 @@ def check(name: str, cfg) -> None:
     per_query = 2 if name == 'directed' else 1
     need(2 + t.context_len + per_query * t.num_queries <= seq_len, 'context_len',
          f'2 + context_len + {per_query} * num_queries <= seq_len')
+  elif name == 'cyclic':
+    if vocab < 3 or seq_len < 6:
+      raise UserError(f'config.cyclic needs vocab_size >= 3 and seq_len >= 6 (CLS, three '
+                      f'symbols, SEP, the query); got vocab_size={vocab}, seq_len={seq_len}')
   else:
     need(2 <= t.num_symbols <= vocab, 'num_symbols', '2 <= num_symbols <= vocab_size')
     need(2 <= t.length <= seq_len - 1, 'length', '2 <= length <= seq_len - 1')
@@ -111,7 +126,20 @@ def chance(name: str, cfg) -> float:
     return 1.0 / int(t.num_pairs)
   if name in ('directed', 'induction'):
     return 1.0 / (int(t.context_len) - 1)
+  if name == 'cyclic':
+    return 0.5  # One of the two other symbols.
   return 1.0 / int(t.num_symbols)
+
+
+def symmetric_ceiling(name: str) -> float | None:
+  """The best accuracy a symmetric score can reach through attention (module docstring);
+  None for tasks without one."""
+  return 2.0 / 3.0 if name == 'cyclic' else None
+
+
+def cyclic_successor(triple, query: int, num_symbols: int) -> int:
+  """The first member of `triple` after `query` going round 0..num_symbols-1."""
+  return min((y for y in triple if y != query), key=lambda y: (y - query) % num_symbols)
 
 
 def _distinct(rng, batch: int, population: int, k: int) -> np.ndarray:
@@ -226,8 +254,27 @@ def majority(cfg, rng, batch: int, slots: int) -> Batch:
   return out.finish()
 
 
+def cyclic(cfg, rng, batch: int, slots: int) -> Batch:
+  n = int(cfg.vocab_size)
+  out = _Layout(batch, int(cfg.seq_len), slots)
+  rows = np.arange(batch)
+  triple = _distinct(rng, batch, n, 3)
+  shown = np.take_along_axis(triple, np.argsort(rng.random((batch, 3)), axis=1), axis=1)
+  out.ids[:, 1:4] = symbol(shown)
+  out.ids[:, 4] = SEP
+  query = triple[rows, rng.integers(0, 3, batch)]
+  out.ids[:, 5] = symbol(query)
+  out.segments[:, 5:] = 1
+  ahead = (triple - query[:, None]) % n
+  ahead[ahead == 0] = n                          # The query itself is never its successor.
+  out.positions[:, 0] = 5
+  out.labels[:, 0] = symbol(triple[rows, np.argmin(ahead, axis=1)])
+  out.weights[:, 0] = 1.0
+  return out.finish()
+
+
 GENERATORS = {'mqar': mqar, 'directed': directed, 'induction': induction,
-              'majority': majority}
+              'majority': majority, 'cyclic': cyclic}
 
 
 def generate(name: str, cfg, rng: np.random.Generator, batch: int, slots: int) -> Batch:
