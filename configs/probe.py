@@ -13,8 +13,7 @@ Presets (the word after the colon):
   cpu  L=2, D=64, 2 heads, sequences of 32 tokens, 16 content symbols, 1,200 steps of
        batch 32; 6 variants x 4 tasks x 3 seeds took 19.4 minutes on 2 CPU cores with
        nothing else training (docs/probe_cpu/report.md), about 16 s a run; the three
-       variants added since (kv_shared, single, q_identity) add 36 such runs, and the
-       `cyclic` task (one layer, about 10 s a run) 27 more. Standard
+       variants added since (kv_shared, single, q_identity) add 36 such runs. Standard
        learns the majority control and induction in every seed; no variant learns MQAR
        at this budget (docs/probe_cpu/tuning.md lists what was tried).
   gpu  not yet run on a GPU: sizes and steps are a starting point, not a measured budget.
@@ -42,7 +41,9 @@ def get_config(arg=None):
   config.mode = 'probe'
   config.preset = preset
   config.variants = VARIANTS
-  config.tasks = ('mqar', 'directed', 'induction', 'majority', 'cyclic')
+  # `cyclic` (probe_tasks.py) is not in the default list: as built it does not isolate
+  # symmetric scores (docs/probes.md); --config.tasks=cyclic runs it.
+  config.tasks = ('mqar', 'directed', 'induction', 'majority')
   config.seeds = 3                  # Seeds 0..seeds-1: model init and data.
   config.confidence = 0.95          # Of the paired t-interval over seeds (variant - standard).
   # A reliable difference: the interval excludes 0 and |variant - standard| is at least this
@@ -57,9 +58,9 @@ def get_config(arg=None):
   config.directed = ml_collections.ConfigDict(dict(context_len=10, num_queries=6))
   config.induction = ml_collections.ConfigDict(dict(context_len=10, num_queries=6))
   config.majority = ml_collections.ConfigDict(dict(length=16, num_symbols=4, margin=2))
-  # One layer: with two, a symmetric score passes the ceiling of 2/3 through the second layer
-  # and the FFN (measured: standard, symmetric and shared all at 1.0 after 1,200 steps; with
-  # one layer standard 1.0, symmetric 0.70).
+  # One layer. With two, standard, symmetric and shared all reached 1.0 after 1,200 steps
+  # (seed 0); with one, symmetric still reached 1.0 in 2 of 3 seeds (0.71 in the third) and
+  # shared in 3 of 3: the residual and the FFN get past the attention ceiling.
   config.cyclic = ml_collections.ConfigDict(dict(model=ml_collections.ConfigDict(
       dict(num_layers=1))))
 

@@ -199,8 +199,8 @@ def test_presets_validate():
     # Every registered variant is probed (issue 31's three included).
     assert set(cfg.variants) >= {'standard', 'shared', 'symmetric', 'pairwise', 'partial_qk',
                                  'masa', 'kv_shared', 'single', 'q_identity'}
-    assert len(cfg.tasks) == 5
-    # cyclic on its own one-layer model; the other tasks on the probe's.
+    assert len(cfg.tasks) == 4
+    # cyclic (selectable) on its own one-layer model; the other tasks on the probe's.
     assert probe.model_config(cfg, 'standard', 'cyclic').num_layers == 1
     assert probe.model_config(cfg, 'standard', 'mqar').num_layers == cfg.model.num_layers
 

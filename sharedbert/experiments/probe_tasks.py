@@ -36,9 +36,11 @@ Tasks (configs/probe.py holds their difficulty knobs):
              and c -> a (a, b, c in cyclic order) needs M_ab + h_b > M_ac + h_c,
              M_bc + h_c > M_ab + h_a and M_ca + h_a > M_bc + h_b, whose sum is 0 > 0. So at
              most 2 of a triple's 3 queries are answered through attention: a ceiling of 2/3
-             (`symmetric_ceiling`), which M[x, y] = max(x, y) - min(x, y)/n reaches. A model
-             can pass it only around attention (the residual and FFN): configs/probe.py runs
-             this task on one layer (`cyclic.model`).
+             (`symmetric_ceiling`), which M[x, y] = max(x, y) - min(x, y)/n reaches. The
+             bound is on attention's choice only: the query's own embedding (the residual)
+             plus the attended set let the FFN and readout name the successor, and measured
+             symmetric-score models do pass it (docs/probes.md), so the task does not yet
+             isolate symmetric scores.
 """
 
 from __future__ import annotations
