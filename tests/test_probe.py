@@ -222,6 +222,12 @@ def _symmetric_accuracy(score, n):
   return right / total
 
 
+def _cyclic_config():
+  cfg = _config()
+  cfg.tasks = ('cyclic',)
+  return cfg
+
+
 def test_no_symmetric_score_passes_the_cyclic_ceiling_and_one_reaches_it():
   n = 9
   rng = np.random.default_rng(0)
@@ -231,6 +237,9 @@ def test_no_symmetric_score_passes_the_cyclic_ceiling_and_one_reaches_it():
     assert _symmetric_accuracy(score, n) <= pt.symmetric_ceiling('cyclic') + 1e-12
   x, y = np.meshgrid(np.arange(n), np.arange(n), indexing='ij')
   reaching = np.maximum(x, y) - np.minimum(x, y) / n   # The docstring's construction.
+  summary = probe_report._json_ready(probe_report.summarize(_cyclic_config(), {}),
+                                     _cyclic_config(), {})
+  assert summary['tasks']['cyclic']['symmetric_ceiling'] == pytest.approx(2 / 3)
   assert _symmetric_accuracy(reaching, n) == pytest.approx(2 / 3)
   # A score that is not symmetric answers every query: -(distance ahead).
   ahead = -((y - x) % n).astype(float)

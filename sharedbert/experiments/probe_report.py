@@ -370,6 +370,8 @@ def _json_ready(summary: dict, config, timing: dict) -> dict:
          'parameters': summary['parameters'], 'tasks': {}}
   for task, entry in summary['tasks'].items():
     t = {'chance': entry['chance'], 'knobs': entry['knobs'], 'variants': {}}
+    if 'symmetric_ceiling' in entry:
+      t['symmetric_ceiling'] = entry['symmetric_ceiling']
     for v, e in entry['variants'].items():
       t['variants'][v] = {k: e[k] for k in ('mean', 'std', 'n', 'seeds', 'accuracy', 'steps',
                                             'curves')}
