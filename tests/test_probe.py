@@ -277,6 +277,8 @@ def test_one_step_command_writes_a_sane_report(tmp_path):
   workdir = tmp_path / 'probe'
   args = [sys.executable, '-m', 'sharedbert.experiments.probe', f'--workdir={workdir}',
           '--config.variants=("standard","shared")', '--config.seeds=2',
+          # Every task, cyclic (not in the preset; its own one-layer model) included.
+          '--config.tasks=(' + ','.join(f'"{t}"' for t in pt.TASKS) + ')',
           '--config.total_steps=1', '--config.eval_every_steps=1', '--config.batch_size=4',
           '--config.eval_examples=16', '--config.optim.warmup_steps=0']
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu', CUDA_VISIBLE_DEVICES='')
