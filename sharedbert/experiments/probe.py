@@ -278,8 +278,9 @@ def run_all(config, workdir: str) -> float:
       key = json.dumps(task_model(config, task), sort_keys=True)
       if key not in trainers:
         trainers[key] = Trainer(config, variant, task)
+        trainers[key].counts = parameter_counts(trainers[key].model_cfg)
       trainer = trainers[key]
-      counts = parameter_counts(trainer.model_cfg)
+      counts = trainer.counts
       if (task, seed) not in eval_cache:
         eval_cache[task, seed] = eval_set(config, task, seed)
       t_run = time.time()

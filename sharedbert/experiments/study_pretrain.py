@@ -253,6 +253,9 @@ def execute(config, workdir: str, runs: list[Run], *, progress: dict) -> dict:
     done = _load_done(os.path.join(run_dir(config, workdir, run), study_plan.DONE_FILE))
     if done is not None:
       results[run] = done
+      if run not in progress['counted']:  # Finished by an earlier invocation.
+        progress['counted'].add(run)
+        progress['done'] += 1
     else:
       todo.append(run)
   if not todo:
@@ -263,10 +266,13 @@ def execute(config, workdir: str, runs: list[Run], *, progress: dict) -> dict:
 
   def finished(run, summary):
     results[run] = summary
+    progress['counted'].add(run)
     progress['done'] += 1
+    progress['timed'] += 1
     progress['seconds'] += summary['wall_s']
     left = progress['total'] - progress['done']
-    eta = progress['seconds'] / progress['done'] * left / workers  # Mean run time so far.
+    # The mean time of the runs this invocation trained.
+    eta = progress['seconds'] / progress['timed'] * left / workers
     logging.info('study: pretraining %d/%d done: %s: held-out loss %.4f in %.0fs; ETA of '
                  'the pretraining about %.0f min', progress['done'], progress['total'],
                  run.describe(), summary.get('eval_loss', float('nan')), summary['wall_s'],
@@ -331,6 +337,7 @@ def step0_shares(config, workdir: str, variants) -> dict:
     names += [f'{config.pretrain.init_variant}/{i}' for i in _inits(config)]
   if all(n in cached for n in names):
     return cached
+  import flax.linen as nn
   import jax
   import jax.numpy as jnp
   from sharedbert.data.pretrain import PretrainData
@@ -348,7 +355,6 @@ def step0_shares(config, workdir: str, variants) -> dict:
     init_rng, _ = jax.random.split(jax.random.key(run.seed))
     params = bert_lib.BertForPretraining(model_cfg).init(
         init_rng, ids, seg, mask, jnp.zeros((ids.shape[0], 1), jnp.int32))['params']
-    import flax.linen as nn
     cached[name] = float(np.mean(bert_lib.self_attention_shares(
         model_cfg, nn.unbox(params), ids, seg, mask)))
   jsonio.write_json(path, cached)
@@ -366,7 +372,7 @@ def run_all(config, workdir: str, variants) -> dict:
   a = phase_a(config, variants)
   _prepare_vocab(config, workdir, variants, a)
   step0_shares(config, workdir, variants)
-  progress = {'done': 0, 'seconds': 0.0,
+  progress = {'done': 0, 'timed': 0, 'seconds': 0.0, 'counted': set(),
               # Phase B's size is known before its rates are: the seeds and widths.
               'total': len(a) + len(variants) * int(config.pretrain.seeds)
                        + len(scaling_variants(config, variants)) * len(config.pretrain.widths)
@@ -376,7 +382,7 @@ def run_all(config, workdir: str, variants) -> dict:
   for v, run in chosen.items():
     logging.info('study: %s: phase B at lr %g, init %s', v, run.lr, run.init)
   b = phase_b(config, variants, chosen)
-  progress['total'] = progress['done'] + len([r for r in b if r not in results])
+  progress['total'] = len(set(a) | set(b))
   _prepare_vocab(config, workdir, variants, b)
   results.update(execute(config, workdir, b, progress=progress))
   return results
