@@ -139,7 +139,7 @@ SUBCOMMANDS = {
                                '(what `python -m sharedbert.main` does)'),
     'study': ('sharedbert.experiments.study',
               'the controlled study: every variant pretrained, then GLUE'),
-    'probe': ('sharedbert.experiments.probe', 'attention probes: synthetic tasks per variant'),
+    'probe': ('sharedbert.probe', 'attention probes: synthetic tasks per variant'),
     'params': ('sharedbert.models.params', 'the parameter report of one or all variants'),
     'bench': ('sharedbert.bench', 'benchmarks: step time, MFU, memory, input pipeline'),
     'convert_hf': ('sharedbert.convert.hf', 'Hugging Face checkpoints: import | export'),

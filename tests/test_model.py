@@ -339,3 +339,44 @@ def test_fused_attention_with_attention_dropout_trains_on_the_einsum_path():
   assert "applies to evaluation only" in note and 'attention_dropout_rate=0.3' in note
   assert ModelConfig(attention_impl='fused', **TINY).attention_impl_note() is None
   assert ModelConfig(attention_impl='xla', **config).attention_impl_note() is None
+
+
+@pytest.mark.parametrize('attention', ['standard', 'shared'])
+@pytest.mark.parametrize('impl', ['xla', 'fused'])
+def test_causal_attention_never_looks_ahead(attention, impl):
+  """model.causal: a token's output is unchanged by any later token, and changed by an
+  earlier one; without it, a later token changes it."""
+  ids, seg, mask, pos = make_inputs()
+  mask = np.ones_like(mask)
+  for causal in (True, False):
+    cfg = ModelConfig(attention=attention, causal=causal, attention_impl=impl, **TINY)
+    model = BertEncoder(cfg)
+    params = init(model, (ids, seg, mask))
+    run = lambda x: np.asarray(model.apply({'params': params}, x, seg, mask)['sequence_output'])
+    base = run(ids)
+    later = ids.copy()
+    later[:, 7:] = (later[:, 7:] + 11) % 97
+    moved = run(later)
+    if causal:
+      np.testing.assert_allclose(moved[:, :7], base[:, :7], atol=1e-6)
+    else:
+      assert np.abs(moved[:, :7] - base[:, :7]).max() > 1e-4
+    assert np.abs(moved[:, 7:] - base[:, 7:]).max() > 1e-4
+
+
+def test_without_position_embeddings_the_encoder_sees_a_set():
+  """model.position_embeddings=False: no position table, and permuting the tokens permutes
+  the outputs (with it, the outputs change)."""
+  ids, seg, mask, _ = make_inputs()
+  seg, mask = np.zeros_like(seg), np.ones_like(mask)
+  perm = np.random.default_rng(3).permutation(ids.shape[1])
+  for with_positions in (False, True):
+    cfg = ModelConfig(position_embeddings=with_positions, **TINY)
+    model = BertEncoder(cfg)
+    params = init(model, (ids, seg, mask))
+    assert ('position_embeddings' in params['embeddings']) == with_positions
+    out = np.asarray(model.apply({'params': params}, ids, seg, mask)['sequence_output'])
+    permuted = np.asarray(model.apply({'params': params}, ids[:, perm], seg,
+                                      mask)['sequence_output'])
+    gap = np.abs(permuted - out[:, perm]).max()
+    assert (gap < 1e-5) if not with_positions else (gap > 1e-3)

@@ -115,6 +115,9 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   m.qk_shared_fraction = 0.5     # partial_qk: fraction of each head's Q/K columns shared.
   m.masa_atoms = 4               # masa: dictionary atoms per projection type.
   m.masa_projections = 'qkvo'    # masa: which projection types use the dictionary.
+  # Probe settings (configs/probe.py); BERT has neither.
+  m.causal = False               # True: token t attends to tokens <= t only.
+  m.position_embeddings = True   # False: no position table (an order-free input).
   return m
 
 

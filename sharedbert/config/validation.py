@@ -122,6 +122,8 @@ MODEL = {
     'pre_layer_norm': BOOL,
     'scan_layers': BOOL,
     'one_hot_embeddings': BOOL,
+    'causal': BOOL,
+    'position_embeddings': BOOL,
     'diag_init': number(),
     'diag_init_scheme': one_of('constant', 'signs', 'normal'),
     'pairwise_init_std': number(0, low_open=True),

@@ -36,24 +36,44 @@ def _signed(x, digits: int = 3) -> str:
 # The numbers.
 
 def task_knobs(config, task: str) -> dict:
-  return {k: (dict(v) if hasattr(v, 'items') else v) for k, v in config[task].items()}
+  cfg = probe_tasks.task_config(config, task)
+  base = probe_tasks.base_task(task)
+  if base not in cfg:
+    return {}
+  return {k: (dict(v) if hasattr(v, 'items') else v) for k, v in cfg[base].items()}
 
 
-def summarize(config, runs: dict) -> dict:
-  """Per task and variant: seeds, mean, std, curve; per variant: Δ vs standard."""
+def symmetric_score_variants() -> set[str]:
+  from sharedbert.models import attention as attention_lib
+  return {n for n, cls in attention_lib.VARIANTS.items() if cls.symmetric_scores}
+
+
+# A symmetric-score variant "at the ceiling": its mean within this of the derived value.
+CEILING_TOLERANCE = 0.05
+
+
+def summarize(config, runs: dict, chosen: dict | None = None, sweeps: dict | None = None,
+              parameters: dict | None = None) -> dict:
+  """Per task id and variant: seeds, mean, std, curve, the learning rate; per variant: Δ vs
+  standard; MQAR's gate and pairs; the cyclic task's ceiling. `parameters`: counts per
+  variant (probe.parameter_counts), reported as given."""
+  chosen, sweeps = chosen or {}, sweeps or {}
   seeds = list(range(int(config.seeds)))
   confidence = float(config.confidence)
-  # Older workdirs' configs predate the key: the default of configs/probe.py.
+  # Older workdirs' configs predate these keys: the defaults of configs/probe.py.
   min_difference = float(config.get('min_difference', 0.02))
-  out = {'tasks': {}, 'parameters': {}, 'confidence': confidence,
+  gate = float(config.get('gate', 0.90))
+  symmetric = symmetric_score_variants()
+  out = {'tasks': {}, 'parameters': dict(parameters or {}), 'confidence': confidence,
          'min_difference': min_difference, 'ceiling': CEILING}
-  for (variant, _, _), r in runs.items():
-    out['parameters'].setdefault(variant, r['parameters'])
-  for task in config.tasks:
-    entry = {'chance': probe_tasks.chance(task, config), 'knobs': task_knobs(config, task),
-             'variants': {}}
-    if probe_tasks.symmetric_ceiling(task) is not None:
-      entry['symmetric_ceiling'] = probe_tasks.symmetric_ceiling(task)
+  for task in probe_tasks.task_ids(config):
+    base = probe_tasks.base_task(task)
+    entry = {'chance': probe_tasks.chance(base, probe_tasks.task_config(config, task)),
+             'knobs': task_knobs(config, task), 'swept': probe_tasks.swept(config, task),
+             'by_variant': {}}
+    if probe_tasks.symmetric_ceiling(base) is not None:
+      entry['symmetric_ceiling'] = probe_tasks.symmetric_ceiling(base)
+      entry['symmetric_bound'] = probe_tasks.symmetric_bound(base)
     for variant in config.variants:
       done = [runs[variant, task, s] for s in seeds if (variant, task, s) in runs]
       if not done:
@@ -61,21 +81,50 @@ def summarize(config, runs: dict) -> dict:
       acc = [r['accuracy'] for r in done]
       mean, std = stats.mean_std(acc)
       v = {'seeds': [r['seed'] for r in done], 'accuracy': acc, 'mean': mean, 'std': std,
-           'n': len(done), 'steps': [p['step'] for p in done[0]['curve']],
+           'n': len(done), 'lr': chosen.get((variant, base), done[0].get('lr')),
+           'steps': [p['step'] for p in done[0]['curve']],
            'curves': [[p['accuracy'] for p in r['curve']] for r in done],
-           'train_s': [r['train_s'] for r in done], 'wall_s': [r['wall_s'] for r in done]}
+           'train_s': [r['train_s'] for r in done], 'wall_s': [r['wall_s'] for r in done],
+           'symmetric_scores': variant in symmetric}
+      if (variant, base) in sweeps:
+        v['sweep'] = {f'{lr:g}': a for lr, a in sweeps[variant, base].items()}
+      if 'symmetric_ceiling' in entry and variant in symmetric:
+        v['at_symmetric_ceiling'] = abs(mean - entry['symmetric_ceiling']) <= CEILING_TOLERANCE
       if done[0].get('by_direction'):
         v['by_direction'] = {
             d: stats.mean_std([r['by_direction'][d] for r in done])
             for d in probe_tasks.DIRECTIONS}
-      entry['variants'][variant] = v
-    ref = entry['variants'].get(REFERENCE)
-    for variant, v in entry['variants'].items():
-      if variant == REFERENCE or ref is None:
-        continue
-      v['vs_standard'] = paired_difference(v, ref, confidence, min_difference)
+      entry['by_variant'][variant] = v
     out['tasks'][task] = entry
+  if 'mqar' in out['tasks']:
+    _mqar_gate(config, out['tasks'], gate)
+  for task, entry in out['tasks'].items():
+    ref = entry['by_variant'].get(REFERENCE)
+    if ref is None or not entry.get('compared', True):
+      continue
+    for variant, v in entry['by_variant'].items():
+      if variant != REFERENCE:
+        v['vs_standard'] = paired_difference(v, ref, confidence, min_difference)
   return out
+
+
+def _mqar_gate(config, tasks: dict, gate: float) -> None:
+  """MQAR is compared only where `standard` reaches `gate` at config.mqar.num_pairs in every
+  seed (and every seed ran); the gate covers the task's other pair counts too. Adds
+  tasks.mqar.{gate, gate_passed, by_pairs}."""
+  entry = tasks['mqar']
+  ref = entry['by_variant'].get(REFERENCE)
+  passed = (ref is not None and ref['n'] == int(config.seeds)
+            and min(ref['accuracy']) >= gate)
+  entry['gate'] = {'threshold': gate, 'num_pairs': int(config.mqar.num_pairs),
+                   'standard_accuracy': None if ref is None else ref['accuracy']}
+  entry['gate_passed'] = bool(passed)
+  family = {int(config.mqar.num_pairs): 'mqar'}
+  family.update({int(t[len('mqar_p'):]): t for t in tasks if t.startswith('mqar_p')})
+  entry['by_pairs'] = {str(p): {v: e['mean'] for v, e in tasks[t]['by_variant'].items()}
+                       for p, t in sorted(family.items())}
+  for t in family.values():
+    tasks[t]['compared'] = bool(passed)
 
 
 # Both accuracies at least this: a ceiling, where a difference is a handful of answers.
@@ -109,7 +158,7 @@ def _learned(entry: dict, v: dict) -> bool:
 
 
 def task_sentence(task: str, entry: dict) -> str:
-  variants = entry['variants']
+  variants = entry['by_variant']
   c = entry['chance']
   ref = variants.get(REFERENCE)
   if ref is None:
@@ -117,8 +166,16 @@ def task_sentence(task: str, entry: dict) -> str:
             ', '.join(f'{n} {_f(v["mean"])}' for n, v in variants.items()) + '.')
   parts = [f'**{task}** (chance {_f(c)}): `standard` reaches {_f(ref["mean"])} ± '
            f'{_f(ref["std"])} over {ref["n"]} seeds']
+  if 'gate_passed' in entry:
+    g = entry['gate']
+    parts[0] += (f' (the gate, `standard` ≥ {g["threshold"]:g} at {g["num_pairs"]} pairs in '
+                 f'every seed, {"passed" if entry["gate_passed"] else "failed"})')
+  if not entry.get('compared', True):
+    parts.append('`standard` did not pass MQAR\'s gate, so no variant is compared on it')
+    return '; '.join(parts) + '.'
   if not _learned(entry, ref):
-    parts[0] += ', less than halfway from chance to perfect: this budget is short for it'
+    parts[0] += (', less than halfway from chance to perfect: the reference did not learn '
+                 'the task in this setting, so a difference from it says little')
     past = [(n, v) for n, v in variants.items() if n != REFERENCE and _learned(entry, v)]
     if past:
       parts.append('past halfway: ' + ', '.join(
@@ -142,12 +199,34 @@ def task_sentence(task: str, entry: dict) -> str:
   if near_chance:
     parts.append('within a tenth of the way from chance to perfect: ' +
                  ', '.join(f'`{n}`' for n in near_chance))
+  if 'symmetric_ceiling' in entry:
+    parts.append(ceiling_sentence(entry))
   return '; '.join(parts) + '.'
+
+
+def ceiling_sentence(entry: dict) -> str:
+  """Where the variants with symmetric scores end against the derived ceiling."""
+  ceiling = entry['symmetric_ceiling']
+  rows = [(n, v) for n, v in entry['by_variant'].items() if v.get('symmetric_scores')]
+  if not rows:
+    return 'no variant with symmetric scores was run'
+  at = [n for n, v in rows if v.get('at_symmetric_ceiling')]
+  off = [n for n, v in rows if not v.get('at_symmetric_ceiling')]
+  text = (f'the variants with symmetric scores end at ' + ', '.join(
+      f'`{n}` {_f(v["mean"])} ± {_f(v["std"])}' for n, v in rows) +
+      f' against the derived ceiling {_f(ceiling)} (the training loss\'s minimum for any '
+      f'symmetric score; none can pass {_f(entry["symmetric_bound"])})')
+  if at and not off:
+    return text + f': all within {CEILING_TOLERANCE:g} of it'
+  if at:
+    return text + (f': within {CEILING_TOLERANCE:g} of it ' + ', '.join(f'`{n}`' for n in at) +
+                   '; not ' + ', '.join(f'`{n}`' for n in off))
+  return text + f': none within {CEILING_TOLERANCE:g} of it'
 
 
 def direction_sentence(entry: dict) -> str:
   """For the directed task: where 'after' and 'before' accuracies differ by > 0.1."""
-  rows = [(n, v['by_direction']) for n, v in entry['variants'].items() if 'by_direction' in v]
+  rows = [(n, v['by_direction']) for n, v in entry['by_variant'].items() if 'by_direction' in v]
   if not rows:
     return ''
   uneven = [(n, d) for n, d in rows if abs(d['after'][0] - d['before'][0]) > 0.1]
@@ -180,9 +259,9 @@ def plot_curves(summary: dict, variants, out_path: str) -> None:
   for ax, task in zip(axes[0], tasks):
     entry = summary['tasks'][task]
     for v in variants:
-      if v not in entry['variants']:
+      if v not in entry['by_variant']:
         continue
-      e = entry['variants'][v]
+      e = entry['by_variant'][v]
       curves = np.asarray(e['curves'])
       ax.plot(e['steps'], curves.mean(0), color=colors[v], label=v)
       ax.fill_between(e['steps'], curves.min(0), curves.max(0), color=colors[v], alpha=0.15)
@@ -206,9 +285,9 @@ def plot_final(summary: dict, variants, out_path: str) -> None:
   fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
   for ax, task in zip(axes[0], tasks):
     entry = summary['tasks'][task]
-    names = [v for v in variants if v in entry['variants']]
+    names = [v for v in variants if v in entry['by_variant']]
     for i, v in enumerate(names):
-      e = entry['variants'][v]
+      e = entry['by_variant'][v]
       x = i + np.linspace(-0.12, 0.12, len(e['accuracy'])) if len(e['accuracy']) > 1 else [i]
       ax.scatter(x, e['accuracy'], color=colors[v], s=14, zorder=3)
       ax.errorbar([i], [e['mean']], yerr=[e['std']], color='black', capsize=4, marker='_',
@@ -224,10 +303,45 @@ def plot_final(summary: dict, variants, out_path: str) -> None:
   reporting.save_figure(fig, out_path)
 
 
+def plot_pairs(summary: dict, variants, out_path: str) -> None:
+  """MQAR accuracy against the number of key-value pairs: seed mean per variant."""
+  plt = _pyplot()
+  by_pairs = summary['tasks']['mqar'].get('by_pairs', {})
+  pairs = sorted(int(p) for p in by_pairs)
+  colors = _colors(variants)
+  fig, ax = plt.subplots(figsize=(5.2, 3.8))
+  for v in variants:
+    xs = [p for p in pairs if v in by_pairs[str(p)]]
+    if xs:
+      ax.plot(xs, [by_pairs[str(p)][v] for p in xs], marker='o', color=colors[v], label=v)
+  gate = summary['tasks']['mqar'].get('gate', {})
+  if gate:
+    ax.axhline(gate['threshold'], color='grey', linestyle=':', linewidth=1, label='gate')
+  ax.set_xscale('log', base=2)
+  ax.set_xticks(pairs)
+  ax.set_xticklabels([str(p) for p in pairs])
+  ax.set_xlabel('key-value pairs')
+  ax.set_ylabel('held-out accuracy (seed mean)')
+  ax.set_ylim(-0.02, 1.02)
+  ax.legend(fontsize=7, loc='lower left')
+  ax.set_title('MQAR against the number of pairs', fontsize=10)
+  fig.tight_layout()
+  reporting.save_figure(fig, out_path)
+
+
 # ---------------------------------------------------------------------------------------
 # The report.
 
 _table = reporting.md_table
+
+
+def _lr_text(config) -> str:
+  sweep = config.get('lr_sweep')
+  if sweep is None or not list(sweep.tasks):
+    return f'lr {config.optim.lr:g} for every task'
+  return (f'lr tuned per variant on {", ".join(f"`{t}`" for t in sweep.tasks)} (seed 0 at '
+          f'{", ".join(f"{x:g}" for x in sweep.lrs)}; the other seeds at the best), '
+          f'{config.optim.lr:g} elsewhere')
 
 
 def _task_text(config, task: str) -> str:
@@ -251,9 +365,9 @@ def render(config, summary: dict, timing: dict) -> str:
   if timing.get('command'):
     lines += [f'- command: `{timing["command"]}`']
   total_train = sum(sum(e['train_s']) for t in summary['tasks'].values()
-                    for e in t['variants'].values())
+                    for e in t['by_variant'].values())
   total_wall = sum(sum(e['wall_s']) for t in summary['tasks'].values()
-                   for e in t['variants'].values())
+                   for e in t['by_variant'].values())
   if timing.get('wall_s') is not None:
     lines += [f'- wall time of the invocation that trained: {timing["wall_s"]:.0f} s '
               f'({timing["wall_s"] / 60:.1f} min) on {timing.get("cpu_count")} CPU cores '
@@ -266,8 +380,9 @@ def render(config, summary: dict, timing: dict) -> str:
   lines += [f'- summed over runs: {total_wall:.0f} s per-run wall time, of which {total_train:.0f} s '
             'in the compiled training steps (the rest: compiling, data generation, evaluation)',
             f'- preset `{config.preset}`; seeds {int(config.seeds)}; {int(config.total_steps)} steps '
-            f'of batch {int(config.batch_size)} per run, the same for every variant; AdamW lr '
-            f'{config.optim.lr:g}, {int(config.optim.warmup_steps)} warmup steps, then linear decay',
+            f'of batch {int(config.batch_size)} per run, the same for every variant; AdamW, '
+            f'{int(config.optim.warmup_steps)} warmup steps, then linear decay; ' +
+            _lr_text(config),
             f'- model: L={m.num_layers}, D={m.hidden_size}, heads={m.num_heads}, FFN={m.mlp_dim}, '
             f'sequence length {int(config.seq_len)}, {int(config.vocab_size)} content symbols '
             f'+ {probe_tasks.NUM_SPECIAL} special tokens; evaluation on '
@@ -298,7 +413,7 @@ def render(config, summary: dict, timing: dict) -> str:
   for v in variants:
     row = [f'`{v}`']
     for t in tasks:
-      e = summary['tasks'][t]['variants'].get(v)
+      e = summary['tasks'][t]['by_variant'].get(v)
       row.append('–' if e is None else f'{_f(e["mean"])} ± {_f(e["std"])} (n={e["n"]})')
     rows.append(row)
   lines += _table(header, rows) + ['']
@@ -308,7 +423,7 @@ def render(config, summary: dict, timing: dict) -> str:
       continue
     row = [f'`{v}`']
     for t in tasks:
-      d = summary['tasks'][t]['variants'].get(v, {}).get('vs_standard')
+      d = summary['tasks'][t]['by_variant'].get(v, {}).get('vs_standard')
       if d is None:
         row.append('–')
         continue
@@ -324,11 +439,14 @@ def render(config, summary: dict, timing: dict) -> str:
     rows = [[f'`{v}`', f'{_f(e["by_direction"]["after"][0])} ± '
              f'{_f(e["by_direction"]["after"][1])}',
              f'{_f(e["by_direction"]["before"][0])} ± {_f(e["by_direction"]["before"][1])}']
-            for v, e in entry['variants'].items() if 'by_direction' in e]
+            for v, e in entry['by_variant'].items() if 'by_direction' in e]
     if rows:
       lines += ['The directed task by direction (mean ± std over seeds):', '']
       lines += _table(['variant', '"AFTER x" accuracy', '"BEFORE x" accuracy'], rows) + ['']
 
+  lines += _sweep_section(summary, variants)
+  lines += _pairs_section(summary, variants)
+  lines += _ceiling_section(summary, variants)
   lines += ['## What each task shows', '',
             'Written by sharedbert/experiments/probe_report.py from the numbers above.', '']
   for t in tasks:
@@ -341,6 +459,8 @@ def render(config, summary: dict, timing: dict) -> str:
 
   lines += ['## Figures', '', '![accuracy during training](curves.png)', '',
             '![final accuracy per seed](final.png)', '']
+  if 'mqar' in summary['tasks']:
+    lines += ['![MQAR against the number of pairs](pairs.png)', '']
   lines += ['## How to read this', '',
             '- Every variant sees the same training batches and the same held-out set for a '
             'given seed, and is initialised from the same random key; only the attention '
@@ -350,9 +470,78 @@ def render(config, summary: dict, timing: dict) -> str:
             f'{_t_quantile(summary["confidence"], int(config.seeds)):.2f}); a difference it '
             'does not call reliable may still be real.',
             '- Where `standard` itself stays less than halfway from chance to perfect, the '
-            'budget is short for the task: a variant above it learned faster, which is not '
-            'the same as being able to learn what `standard` cannot.', '']
+            'reference has not learned the task in this setting: a variant above it learned '
+            'faster, which is not the same as being able to learn what `standard` cannot. '
+            'MQAR is compared only when `standard` passes its gate.',
+            '- A learning rate chosen on seed 0 is chosen on the evaluation set that seed 0 '
+            'reports; seeds 1 and up are not, and carry the comparison\'s weight.', '']
   return '\n'.join(lines)
+
+
+def _sweep_section(summary: dict, variants) -> list[str]:
+  """The learning rate chosen per variant and swept task, with seed 0's accuracy at each."""
+  tasks = [t for t, e in summary['tasks'].items() if e.get('swept') and
+           not t.startswith('mqar_p') and any('sweep' in v for v in e['by_variant'].values())]
+  if not tasks:
+    return []
+  rows = []
+  for v in variants:
+    row = [f'`{v}`']
+    for t in tasks:
+      e = summary['tasks'][t]['by_variant'].get(v)
+      if e is None or 'sweep' not in e:
+        row.append('–')
+        continue
+      row.append(', '.join((f'**{lr}: {_f(a)}**' if float(lr) == e['lr'] else f'{lr}: {_f(a)}')
+                           for lr, a in e['sweep'].items()))
+    rows.append(row)
+  return (['## Learning rates', '',
+           'Seed 0\'s final accuracy at each swept rate; **bold**: the rate the other seeds '
+           '(and MQAR\'s other pair counts) ran at.', ''] +
+          _table(['variant'] + tasks, rows) + [''])
+
+
+def _pairs_section(summary: dict, variants) -> list[str]:
+  entry = summary['tasks'].get('mqar')
+  if not entry or 'by_pairs' not in entry:
+    return []
+  pairs = list(entry['by_pairs'])
+  rows = [[f'`{v}`'] + [_f(entry['by_pairs'][p].get(v)) for p in pairs] for v in variants]
+  g = entry['gate']
+  verdict = ('passed' if entry['gate_passed'] else
+             'failed: no variant is compared on MQAR at any pair count')
+  return (['## MQAR by number of pairs', '',
+           f'Seed-mean accuracy (chance 1/pairs). Gate: `standard` ≥ {g["threshold"]:g} at '
+           f'{g["num_pairs"]} pairs in every seed ({", ".join(_f(a) for a in g["standard_accuracy"] or [])}): '
+           f'{verdict}.', ''] +
+          _table(['variant'] + [f'{p} pairs' for p in pairs], rows) + [''])
+
+
+def _ceiling_section(summary: dict, variants) -> list[str]:
+  tasks = [t for t, e in summary['tasks'].items() if 'symmetric_ceiling' in e]
+  if not tasks:
+    return []
+  lines = []
+  for t in tasks:
+    entry = summary['tasks'][t]
+    control = summary['tasks'].get(f'{t}_nearest')
+    rows = []
+    for v in variants:
+      e = entry['by_variant'].get(v)
+      if e is None:
+        continue
+      c = control['by_variant'].get(v) if control else None
+      rows.append([f'`{v}`', 'yes' if e['symmetric_scores'] else 'no',
+                   f'{_f(e["mean"])} ± {_f(e["std"])}',
+                   '–' if c is None else f'{_f(c["mean"])} ± {_f(c["std"])}'])
+    lines += [f'## Direction: `{t}` against its ceiling', '',
+              f'A symmetric score ends at {_f(entry["symmetric_ceiling"])} when trained (the '
+              f'loss\'s minimum; docs/probes.md derives it) and can never pass '
+              f'{_f(entry["symmetric_bound"])}. The control asks for the nearer symbol, a '
+              'symmetric relation.', '']
+    lines += _table(['variant', 'symmetric scores', f'`{t}` (successor)',
+                     f'`{t}_nearest` (control)'], rows) + ['']
+  return lines
 
 
 def _t_quantile(confidence: float, n: int) -> float:
@@ -361,35 +550,44 @@ def _t_quantile(confidence: float, n: int) -> float:
 
 
 def _json_ready(summary: dict, config, timing: dict) -> dict:
+  sweep = config.get('lr_sweep')
   out = {'config': {'preset': config.preset, 'seeds': int(config.seeds),
                     'variants': list(config.variants), 'tasks': list(config.tasks),
+                    'task_ids': probe_tasks.task_ids(config),
                     'total_steps': int(config.total_steps), 'batch_size': int(config.batch_size),
                     'seq_len': int(config.seq_len), 'vocab_size': int(config.vocab_size),
-                    'lr': float(config.optim.lr), 'model': dict(config.model)},
+                    'lr': float(config.optim.lr),
+                    'lr_sweep': None if sweep is None else {
+                        'lrs': [float(x) for x in sweep.lrs], 'tasks': list(sweep.tasks)},
+                    'model': dict(config.model)},
          'timing': timing, 'confidence': summary['confidence'],
+         'min_difference': summary['min_difference'],
          'parameters': summary['parameters'], 'tasks': {}}
   for task, entry in summary['tasks'].items():
-    t = {'chance': entry['chance'], 'knobs': entry['knobs'], 'variants': {}}
-    if 'symmetric_ceiling' in entry:
-      t['symmetric_ceiling'] = entry['symmetric_ceiling']
-    for v, e in entry['variants'].items():
-      t['variants'][v] = {k: e[k] for k in ('mean', 'std', 'n', 'seeds', 'accuracy', 'steps',
-                                            'curves')}
-      for k in ('by_direction', 'vs_standard'):
-        if k in e:
-          t['variants'][v][k] = e[k]
+    t = {k: entry[k] for k in ('chance', 'knobs', 'swept', 'symmetric_ceiling',
+                               'symmetric_bound', 'gate', 'gate_passed', 'by_pairs',
+                               'compared') if k in entry}
+    t['by_variant'] = {}
+    for v, e in entry['by_variant'].items():
+      t['by_variant'][v] = {k: e[k] for k in (
+          'mean', 'std', 'n', 'seeds', 'accuracy', 'lr', 'sweep', 'symmetric_scores',
+          'at_symmetric_ceiling', 'by_direction', 'vs_standard', 'steps', 'curves') if k in e}
     out['tasks'][task] = t
   return out
 
 
-def write_report(config, workdir: str, runs: dict, timing: dict) -> str:
-  """Writes report.md, summary.json, curves.png and final.png; returns report.md's path."""
-  summary = summarize(config, runs)
+def write_report(config, workdir: str, runs: dict, timing: dict, *, chosen: dict | None = None,
+                 sweeps: dict | None = None, parameters: dict | None = None) -> str:
+  """Writes report.md, summary.json, curves.png, final.png and (with MQAR) pairs.png;
+  returns report.md's path."""
+  summary = summarize(config, runs, chosen, sweeps, parameters)
   variants = [v for v in config.variants if v in summary['parameters']]
   jsonio.write_json(os.path.join(workdir, 'summary.json'), _json_ready(summary, config, timing))
   if variants:
     plot_curves(summary, variants, os.path.join(workdir, 'curves.png'))
     plot_final(summary, variants, os.path.join(workdir, 'final.png'))
+    if 'mqar' in summary['tasks']:
+      plot_pairs(summary, variants, os.path.join(workdir, 'pairs.png'))
   path = os.path.join(workdir, 'report.md')
   jsonio.write_text(path, render(config, summary, timing) + '\n')
   return path

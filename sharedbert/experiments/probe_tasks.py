@@ -9,42 +9,53 @@ direction, 0 elsewhere). The model predicts the label token from the encoder's o
 that position (the masked-LM head over the whole vocabulary), so no answer is in the input.
 
 Tasks (configs/probe.py holds their difficulty knobs):
-  mqar       multi-query associative recall (Arora et al. 2023, "Zoology"): N key-value
-             pairs (2N distinct symbols), then Q of the keys again in random order, each
-             followed by a MASK slot; predict each queried key's value in its slot. The
-             slot mirrors the context's "key value" layout, as a bidirectional encoder
-             sees recall (BERT's masked LM). Zoology draws keys and values from disjoint
-             halves of the vocabulary; at this scale that version stalled at "some value
-             of the context" for 4,000 steps, so here every symbol is distinct.
+  mqar       multi-query associative recall as Zoology builds it (Arora et al. 2023,
+             arXiv 2312.04927): N key-value pairs, keys drawn from `key_vocab` symbols and
+             values from `value_vocab` others (disjoint), then every key again in random
+             order; predict each key's value at the key itself. Meant for a causal model
+             (`model.causal`, as in Zoology), where the query position sees only what came
+             before it, so reading the answer there needs nothing after it.
+  cyclic     direction, isolated: the content symbols 0..vocab_size-1 lie on a cycle; two
+             distinct symbols are shown in random order, then a third as the query; predict
+             which of the two comes first going round the cycle from the query. Read by
+             pointer: the prediction is the argmax of the first layer's attention logits
+             (mean over heads) from the query to the two shown symbols, so only the scores
+             can answer. With no position embeddings and one segment, the query and the shown
+             symbols pass through the same input map, and a symmetric score
+             s(x, y) = M[x, y] + g[x] + h[y] (M symmetric) must answer a -> b, b -> c and
+             c -> a for a triple a, b, c in cyclic order with margins
+             m1 = M_ab - M_ac + h_b - h_c, m2 = M_bc - M_ab + h_c - h_a and
+             m3 = M_ac - M_bc + h_a - h_b all positive, but m1 + m2 + m3 = 0. So at most 2
+             of a triple's 3 queries are right (`symmetric_bound`, 2/3, which
+             M[x, y] = max(x, y) - min(x, y)/n reaches). Trained, it is worse: every triple
+             and query is equally likely, and cross-entropy (any convex loss of the margin)
+             summed over a triple's three queries is smallest, given m1 + m2 + m3 = 0, at
+             m1 = m2 = m3 = 0 (Jensen). The loss's minimum is chance, so a symmetric score
+             trained on this task ends near 1/2 (`symmetric_ceiling`).
+  cyclic_nearest
+             the control of `cyclic`: the same input and readout, the label the shown symbol
+             nearer to the query round the cycle in either direction (ties are not drawn). The
+             relation is symmetric, so symmetric scores can express it: a variant that fails
+             here fails for another reason than symmetry.
   directed   a sequence of L distinct symbols, then Q queries "AFTER x" or "BEFORE x";
-             predict the symbol right after (before) x. A pair (a, b) of neighbours needs
-             b for "AFTER a" and a for "BEFORE b": the same two tokens, opposite
-             directions. A symmetric score can still answer through the absolute position
-             embeddings (docs/probe_cpu/tuning.md), so this measures how fast a variant
-             learns a direction carried by positions.
+             predict the symbol right after (before) x. A symmetric score can still answer
+             through the absolute position embeddings, the FFN and the residual, so this
+             measures how fast a variant learns a direction carried by positions; not in
+             the default task list (`cyclic` is the direction probe).
   induction  L distinct symbols, then Q of them (not the last) in random order; predict
              the symbol that followed each one's earlier occurrence (an induction head's
              job, "A B ... A -> B", without a causal mask).
   majority   the control: `length` symbols from an alphabet of `num_symbols`, the most
              frequent one ahead of the runner-up by at least `margin`; predict it at CLS.
              Needs attention to pool, but no direction.
-  cyclic     direction without positions: the content symbols 0..vocab_size-1 lie on a
-             cycle; three distinct ones are shown in random order, then one of them again as
-             the query (segment 1); predict, at the query, its successor among the three in
-             cyclic order. No symmetric score can do that for every triple: with
-             s(x, y) = M[x, y] + h[y] (M symmetric, h a key bias), answering a -> b, b -> c
-             and c -> a (a, b, c in cyclic order) needs M_ab + h_b > M_ac + h_c,
-             M_bc + h_c > M_ab + h_a and M_ca + h_a > M_bc + h_b, whose sum is 0 > 0. So at
-             most 2 of a triple's 3 queries are answered through attention: a ceiling of 2/3
-             (`symmetric_ceiling`), which M[x, y] = max(x, y) - min(x, y)/n reaches. The
-             bound is on attention's choice only: the query's own embedding (the residual)
-             plus the attended set let the FFN and readout name the successor, and measured
-             symmetric-score models do pass it (docs/probes.md), so the task does not yet
-             isolate symmetric scores.
+
+Pointer tasks (`POINTER_TASKS`) put a position in `labels`; the others a token id, read
+through the masked-LM head.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -54,7 +65,8 @@ from sharedbert.errors import UserError
 PAD, CLS, SEP, AFTER, BEFORE, MASK = range(6)
 NUM_SPECIAL = 6
 SPECIAL_NAMES = ('PAD', 'CLS', 'SEP', 'AFTER', 'BEFORE', 'MASK')
-TASKS = ('mqar', 'directed', 'induction', 'majority', 'cyclic')
+TASKS = ('mqar', 'cyclic', 'cyclic_nearest', 'directed', 'induction', 'majority')
+POINTER_TASKS = ('cyclic', 'cyclic_nearest')  # Labels are positions (module docstring).
 DIRECTIONS = ('after', 'before')  # The directed task's kinds, in `kind` order.
 
 
@@ -65,6 +77,13 @@ def symbol(s):
 
 def model_vocab_size(vocab_size: int) -> int:
   return NUM_SPECIAL + int(vocab_size)
+
+
+def num_symbols(name: str, cfg) -> int:
+  """Content symbols a task draws from: its own vocabularies (mqar) or cfg.vocab_size."""
+  if name == 'mqar':
+    return int(cfg.mqar.key_vocab) + int(cfg.mqar.value_vocab)
+  return int(cfg.vocab_size)
 
 
 @dataclasses.dataclass
@@ -81,10 +100,41 @@ class Batch:
     return dataclasses.asdict(self)
 
 
+def task_ids(config) -> list[str]:
+  """config.tasks, each followed by its extra settings: MQAR at config.mqar.more_pairs
+  pairs as `mqar_p<N>`."""
+  out = []
+  for task in config.tasks:
+    out.append(task)
+    if task == 'mqar':
+      out += [f'mqar_p{int(p)}' for p in config.mqar.get('more_pairs', ())]
+  return out
+
+
+def base_task(task_id: str) -> str:
+  return 'mqar' if task_id.startswith('mqar_p') else task_id
+
+
+def task_config(config, task_id: str):
+  """The config a task id's data comes from: `config`, or a copy with its own pairs."""
+  if task_id == base_task(task_id):
+    return config
+  cfg = copy.deepcopy(config)
+  cfg.mqar.num_pairs = int(task_id[len('mqar_p'):])
+  return cfg
+
+
+def swept(config, task_id: str) -> bool:
+  sweep = config.get('lr_sweep')
+  return sweep is not None and base_task(task_id) in tuple(sweep.tasks)
+
+
 def num_predictions(name: str, cfg) -> int:
   """Prediction slots a task uses per row."""
-  if name in ('majority', 'cyclic'):
+  if name in ('majority',) + POINTER_TASKS:
     return 1
+  if name == 'mqar':
+    return int(cfg.mqar.num_pairs)
   return int(cfg[name].num_queries)
 
 
@@ -99,10 +149,16 @@ def check(name: str, cfg) -> None:
       raise UserError(f'config.{name}.{key}={t[key]} is out of range: {allowed} '
                       f'(seq_len={seq_len}, vocab_size={vocab})')
   if name == 'mqar':
-    need(1 <= t.num_pairs <= vocab // 2, 'num_pairs', '1 <= num_pairs <= vocab_size // 2')
-    need(1 <= t.num_queries <= t.num_pairs, 'num_queries', '1 <= num_queries <= num_pairs')
-    need(2 + 2 * t.num_pairs + 2 * t.num_queries <= seq_len, 'num_pairs',
-         '2 + 2 * num_pairs + 2 * num_queries <= seq_len')
+    for key in ('key_vocab', 'value_vocab'):
+      need(t[key] >= 1, key, f'{key} >= 1')
+    need(1 <= t.num_pairs <= min(t.key_vocab, t.value_vocab), 'num_pairs',
+         '1 <= num_pairs <= min(key_vocab, value_vocab)')
+    need(1 + 3 * t.num_pairs <= seq_len, 'num_pairs', '1 + 3 * num_pairs <= seq_len')
+    for pairs in t.get('more_pairs', ()):
+      if not (1 <= pairs <= min(t.key_vocab, t.value_vocab) and 1 + 3 * pairs <= seq_len):
+        raise UserError(f'config.mqar.more_pairs has {pairs}, out of range: 1 <= pairs <= '
+                        f'min(key_vocab, value_vocab) and 1 + 3 * pairs <= seq_len '
+                        f'(seq_len={seq_len})')
   elif name in ('directed', 'induction'):
     need(3 <= t.context_len <= vocab, 'context_len', '3 <= context_len <= vocab_size')
     room = t.context_len - 2 if name == 'directed' else t.context_len - 1
@@ -111,9 +167,11 @@ def check(name: str, cfg) -> None:
     per_query = 2 if name == 'directed' else 1
     need(2 + t.context_len + per_query * t.num_queries <= seq_len, 'context_len',
          f'2 + context_len + {per_query} * num_queries <= seq_len')
-  elif name == 'cyclic':
-    if vocab < 3 or seq_len < 6:
-      raise UserError(f'config.cyclic needs vocab_size >= 3 and seq_len >= 6 (CLS, three '
+  elif name in POINTER_TASKS:
+    # cyclic_nearest draws triples without ties, which needs two distinct distances.
+    low = 3 if name == 'cyclic' else 4
+    if vocab < low or seq_len < 5:
+      raise UserError(f'config.{name} needs vocab_size >= {low} and seq_len >= 5 (CLS, two '
                       f'symbols, SEP, the query); got vocab_size={vocab}, seq_len={seq_len}')
   else:
     need(2 <= t.num_symbols <= vocab, 'num_symbols', '2 <= num_symbols <= vocab_size')
@@ -128,14 +186,19 @@ def chance(name: str, cfg) -> float:
     return 1.0 / int(t.num_pairs)
   if name in ('directed', 'induction'):
     return 1.0 / (int(t.context_len) - 1)
-  if name == 'cyclic':
-    return 0.5  # One of the two other symbols.
+  if name in POINTER_TASKS:
+    return 0.5  # One of the two shown symbols.
   return 1.0 / int(t.num_symbols)
 
 
 def symmetric_ceiling(name: str) -> float | None:
-  """The best accuracy a symmetric score can reach through attention (module docstring);
-  None for tasks without one."""
+  """The accuracy a symmetric score reaches at the minimum of the training loss (module
+  docstring: 1/2 on `cyclic`); None for tasks without one."""
+  return 0.5 if name == 'cyclic' else None
+
+
+def symmetric_bound(name: str) -> float | None:
+  """The best accuracy any symmetric score can reach, trained or not (2/3 on `cyclic`)."""
   return 2.0 / 3.0 if name == 'cyclic' else None
 
 
@@ -168,23 +231,19 @@ class _Layout:
 
 def mqar(cfg, rng, batch: int, slots: int) -> Batch:
   t = cfg.mqar
-  n, q = int(t.num_pairs), int(t.num_queries)
+  n, num_keys = int(t.num_pairs), int(t.key_vocab)
   out = _Layout(batch, int(cfg.seq_len), slots)
-  symbols = _distinct(rng, batch, int(cfg.vocab_size), 2 * n)
-  keys, values = symbols[:, :n], symbols[:, n:]
+  keys = _distinct(rng, batch, num_keys, n)
+  values = num_keys + _distinct(rng, batch, int(t.value_vocab), n)  # The other symbols.
   out.ids[:, 1:1 + 2 * n:2] = symbol(keys)
   out.ids[:, 2:2 + 2 * n:2] = symbol(values)
-  sep = 1 + 2 * n
-  out.ids[:, sep] = SEP
-  which = _distinct(rng, batch, n, q)                       # which pairs are queried
+  order = _distinct(rng, batch, n, n)                       # Every key again, shuffled.
   rows = np.arange(batch)[:, None]
-  query_pos = sep + 1 + 2 * np.arange(q)
-  out.ids[:, query_pos] = symbol(keys[rows, which])
-  out.ids[:, query_pos + 1] = MASK
-  out.segments[:, sep + 1:] = 1
-  out.positions[:, :q] = query_pos + 1
-  out.labels[:, :q] = symbol(values[rows, which])
-  out.weights[:, :q] = 1.0
+  query_pos = 1 + 2 * n + np.arange(n)
+  out.ids[:, query_pos] = symbol(keys[rows, order])
+  out.positions[:, :n] = query_pos
+  out.labels[:, :n] = symbol(values[rows, order])
+  out.weights[:, :n] = 1.0
   return out.finish()
 
 
@@ -256,27 +315,52 @@ def majority(cfg, rng, batch: int, slots: int) -> Batch:
   return out.finish()
 
 
-def cyclic(cfg, rng, batch: int, slots: int) -> Batch:
-  n = int(cfg.vocab_size)
+def cyclic_nearest_of(pair, query: int, num_symbols: int) -> int | None:
+  """The member of `pair` nearer to `query` round the cycle either way; None on a tie."""
+  dist = [min((y - query) % num_symbols, (query - y) % num_symbols) for y in pair]
+  return None if dist[0] == dist[1] else pair[int(np.argmin(dist))]
+
+
+def _pointer_layout(cfg, batch: int, slots: int, shown, query, answer_index) -> Batch:
+  """CLS, the two shown symbols, SEP, the query (one segment); the label is the position
+  of shown[answer_index]."""
   out = _Layout(batch, int(cfg.seq_len), slots)
-  rows = np.arange(batch)
-  triple = _distinct(rng, batch, n, 3)
-  shown = np.take_along_axis(triple, np.argsort(rng.random((batch, 3)), axis=1), axis=1)
-  out.ids[:, 1:4] = symbol(shown)
-  out.ids[:, 4] = SEP
-  query = triple[rows, rng.integers(0, 3, batch)]
-  out.ids[:, 5] = symbol(query)
-  out.segments[:, 5:] = 1
-  ahead = (triple - query[:, None]) % n
-  ahead[ahead == 0] = n                          # The query itself is never its successor.
-  out.positions[:, 0] = 5
-  out.labels[:, 0] = symbol(triple[rows, np.argmin(ahead, axis=1)])
+  out.ids[:, 1:3] = symbol(shown)
+  out.ids[:, 3] = SEP
+  out.ids[:, 4] = symbol(query)
+  out.positions[:, 0] = 4
+  out.labels[:, 0] = 1 + answer_index
   out.weights[:, 0] = 1.0
   return out.finish()
 
 
-GENERATORS = {'mqar': mqar, 'directed': directed, 'induction': induction,
-              'majority': majority, 'cyclic': cyclic}
+def cyclic(cfg, rng, batch: int, slots: int) -> Batch:
+  n = int(cfg.vocab_size)
+  triple = _distinct(rng, batch, n, 3)                     # triple[:, 0] is the query.
+  query, shown = triple[:, 0], triple[:, 1:]
+  ahead = (shown - query[:, None]) % n
+  return _pointer_layout(cfg, batch, slots, shown, query, np.argmin(ahead, axis=1))
+
+
+def cyclic_nearest(cfg, rng, batch: int, slots: int) -> Batch:
+  n = int(cfg.vocab_size)
+  rows, have = [], 0
+  while have < batch:  # Triples whose two shown symbols are at distinct distances.
+    triple = _distinct(rng, 2 * batch, n, 3)
+    ahead = (triple[:, 1:] - triple[:, :1]) % n
+    dist = np.minimum(ahead, n - ahead)
+    ok = dist[:, 0] != dist[:, 1]
+    rows.append(triple[ok])
+    have += int(ok.sum())
+  triple = np.concatenate(rows)[:batch]
+  ahead = (triple[:, 1:] - triple[:, :1]) % n
+  dist = np.minimum(ahead, n - ahead)
+  return _pointer_layout(cfg, batch, slots, triple[:, 1:], triple[:, 0],
+                         np.argmin(dist, axis=1))
+
+
+GENERATORS = {'mqar': mqar, 'cyclic': cyclic, 'cyclic_nearest': cyclic_nearest,
+              'directed': directed, 'induction': induction, 'majority': majority}
 
 
 def generate(name: str, cfg, rng: np.random.Generator, batch: int, slots: int) -> Batch:

@@ -22,11 +22,9 @@ run from its last checkpoint (train.py) and skips finished ones (study_done.json
 
 from __future__ import annotations
 
-import concurrent.futures
 import copy
 import dataclasses
 import math
-import multiprocessing
 import os
 import time
 
@@ -38,6 +36,7 @@ from sharedbert.errors import UserError
 from sharedbert.experiments import study_plan
 from sharedbert.metrics import stats
 from sharedbert.utils import jsonio
+from sharedbert.utils import workers as workers_lib
 
 RUNS_DIR = 'pretrain_runs'
 STEP0_FILE = 'step0_self_attention.json'
@@ -207,26 +206,6 @@ def _train_one(cfg, run_dir_: str) -> dict:
   return summary
 
 
-def _worker_init(counter, cache_dir: str) -> None:
-  """A worker process: one core of its own, dies with the study (SIGTERM, which train.py
-  answers by checkpointing), and the study's compilation cache."""
-  import signal
-  with counter.get_lock():
-    index = counter.value
-    counter.value += 1
-  cpus = sorted(os.sched_getaffinity(0))
-  os.sched_setaffinity(0, {cpus[index % len(cpus)]})
-  try:
-    import ctypes
-    ctypes.CDLL('libc.so.6').prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG.
-  except OSError:
-    pass
-  import jax
-  if cache_dir:
-    jax.config.update('jax_compilation_cache_dir', cache_dir)
-    jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
-
-
 def _prepare_vocab(config, workdir: str, variants, runs) -> None:
   """Learns the study's one vocabulary (in the first variant's reference run) and copies it
   into every run folder, so that all runs see the same token ids."""
@@ -278,30 +257,13 @@ def execute(config, workdir: str, runs: list[Run], *, progress: dict) -> dict:
                  run.describe(), summary.get('eval_loss', float('nan')), summary['wall_s'],
                  eta / 60)
 
-  if workers == 1:
-    for run in todo:
-      cfg = run_config(config, run)
-      logging.info('study: pretraining %s in %s', run.describe(), run_dir(config, workdir, run))
-      finished(run, _train_one(cfg, run_dir(config, workdir, run)))
-    return results
-  import jax
-  ctx = multiprocessing.get_context('spawn')
-  counter = ctx.Value('i', 0)
-  cache = jax.config.jax_compilation_cache_dir or ''
-  with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
-                                              initargs=(counter, cache)) as pool:
-    futures = {pool.submit(_train_one, run_config(config, run),
-                           run_dir(config, workdir, run)): run for run in todo}
-    for future in concurrent.futures.as_completed(futures):
-      run = futures[future]
-      try:
-        summary = future.result()
-      except Exception as e:
-        for f in futures:
-          f.cancel()
-        raise RuntimeError(f'study: pretraining {run.describe()} failed in '
-                           f'{run_dir(config, workdir, run)}: {e}') from e
-      finished(run, summary)
+  def args_of(run):
+    logging.info('study: pretraining %s in %s', run.describe(), run_dir(config, workdir, run))
+    return run_config(config, run), run_dir(config, workdir, run)
+
+  workers_lib.run_all(todo, _train_one, args_of, workers=workers, on_done=finished,
+                      describe=lambda run: (f'study: pretraining {run.describe()} in '
+                                            f'{run_dir(config, workdir, run)}'))
   return results
 
 

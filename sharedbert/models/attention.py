@@ -159,14 +159,22 @@ def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dt
   return jnp.einsum('BNTS,BSNH->BTNH', probs.astype(dtype), v.astype(dtype))
 
 
+def attention_logits(q, k, mask, *, query_scaled: bool = False):
+  """The scaled scores [B,N,T,S] in float32, masked keys at the float32 minimum (what the
+  softmax of `attend` sees)."""
+  scale = 1.0 if query_scaled else 1.0 / math.sqrt(q.shape[-1])
+  scores = jnp.einsum('BTNH,BSNH->BNTS', q, k, preferred_element_type=jnp.float32) * scale
+  return jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+
+
 def self_attention_share(q, k, mask, *, query_scaled: bool = False):
   """The attention a token puts on itself, averaged over heads and real tokens: the mean of
   the softmax's diagonal (a diagnostic, computed only when 'intermediates' are collected)."""
-  scale = 1.0 if query_scaled else 1.0 / math.sqrt(q.shape[-1])
-  scores = jnp.einsum('BTNH,BSNH->BNTS', q, k, preferred_element_type=jnp.float32) * scale
-  scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+  scores = attention_logits(q, k, mask, query_scaled=query_scaled)
   diag = jnp.diagonal(jax.nn.softmax(scores, axis=-1), axis1=-2, axis2=-1)  # [B, N, T]
-  real = mask[:, 0, 0, :].astype(jnp.float32)                                 # [B, T]
+  # The last query row sees every real key, under a padding mask [B,1,1,S] and a causal
+  # one [B,1,T,S] alike.
+  real = mask[:, 0, -1, :].astype(jnp.float32)                                # [B, T]
   return jnp.sum(diag.mean(axis=1) * real) / jnp.maximum(jnp.sum(real), 1.0)
 
 
@@ -231,6 +239,9 @@ class AttentionBase(nn.Module):
   scannable: bool = True
   # True: `qkv` returns queries already multiplied by 1/sqrt(H).
   query_scaled: ClassVar[bool] = False
+  # True: every head's score is s(x, y) = M[x, y] + g[x] + h[y] with M symmetric (Q and K
+  # from one projection up to a diagonal), the form the probes' `cyclic` task bounds.
+  symmetric_scores: ClassVar[bool] = False
   # A variant whose Q, K, V come from this many D x D projections with biases (and nothing
   # else) gets its closed form and FLOP count from it; None: it defines its own.
   dense_projections: ClassVar[int | None] = None
@@ -329,6 +340,9 @@ class AttentionBase(nn.Module):
     if self.is_mutable_collection('intermediates'):
       self.sow('intermediates', 'self_attention_share',
                self_attention_share(q, k, mask, query_scaled=self.query_scaled))
+    if self.is_mutable_collection('attention_logits'):  # The probes' pointer readout.
+      self.sow('attention_logits', 'logits',
+               attention_logits(q, k, mask, query_scaled=self.query_scaled))
     rng = (lambda: self.make_rng('dropout')) if not deterministic else None
     out = attend(q, k, v, mask, dropout_rate=c.attention_dropout_rate,
                  deterministic=deterministic, dtype=c.dtype, impl=c.attention_impl,
@@ -379,6 +393,7 @@ def diag_initializer(scheme: str, value: float):
 class SharedAttention(AttentionBase):
   """One projection S = xW_s + b_s; the roles are S scaled by per-layer diagonals."""
   query_scaled = True
+  symmetric_scores = True  # Q K^T = S diag(d_q * d_k) S^T.
   paper_figures = ('Kowsher et al., arXiv 2412.00359', {'qkv': 66.53, 'total': 12.94}, '95.3M')
 
   @classmethod
@@ -432,6 +447,7 @@ class SharedAttention(AttentionBase):
 class SymmetricAttention(AttentionBase):
   """K = Q: one projection for queries and keys, so every head's score matrix is symmetric."""
   dense_projections = 2
+  symmetric_scores = True
   # 'function': the best positive semi-definite fit of each head's symmetrised score form
   # (fit.fit_symmetric_function); 'mean': W_qk = (W_q + W_k) / 2. Values and W_o are kept.
   conversion_fits = ('function', 'mean')
@@ -512,6 +528,7 @@ class SingleAttention(AttentionBase):
   """Q = K = V = xW + b: one projection and nothing else; `shared` with its diagonals at 1.
   Every head's score matrix is symmetric and positive semi-definite."""
   dense_projections = 1
+  symmetric_scores = True
 
   def qkv(self, x, **kwargs):
     s = self.projection('shared')(x)  # The name `shared` uses: a `shared` tree minus 'diag'.

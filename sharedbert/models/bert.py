@@ -54,6 +54,9 @@ class ModelConfig:
   qk_shared_fraction: float = 0.5
   masa_atoms: int = 4
   masa_projections: str = 'qkvo'
+  # Probe settings (sharedbert/experiments/probe.py); BERT has neither.
+  causal: bool = False                 # Token t attends to tokens <= t only.
+  position_embeddings: bool = True     # False: no position table; order-free input.
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
@@ -174,7 +177,8 @@ class Embeddings(nn.Module):
                                                   'embed')),
                       name=name)
     self.word_embeddings = embed(c.vocab_size, 'word_embeddings')
-    self.position_embeddings = embed(c.max_position_embeddings, 'position_embeddings')
+    if c.position_embeddings:
+      self.position_embeddings = embed(c.max_position_embeddings, 'position_embeddings')
     self.token_type_embeddings = embed(c.type_vocab_size, 'token_type_embeddings')
     self.LayerNorm = layer_norm(c, 'LayerNorm')
     self.dropout = Dropout(c.dropout_rate)
@@ -193,14 +197,17 @@ class Embeddings(nn.Module):
                                      jnp.dtype(self.config.dtype))
     else:
       words = jnp.take(self.word_embeddings.embedding, input_ids, axis=0)
-    positions = self.position_embeddings.embedding[:length]  # A slice, no gather.
+    if self.config.position_embeddings:
+      positions = self.position_embeddings.embedding[:length][None]  # A slice, no gather.
+    else:
+      positions = jnp.zeros((), self.config.param_dtype)
     # Segments as a one-hot weighted sum of their few rows (elementwise; the weights are 0 and
     # 1, so exact): as a gather, its gradient adds every token into one of 2 rows, a queue of
     # atomic adds on the same addresses on a GPU; here it is a sum over the tokens.
     table = self.token_type_embeddings.embedding
     one_hot = jax.nn.one_hot(segment_ids, table.shape[0], dtype=table.dtype)
     segments = jnp.sum(one_hot[..., None] * table, axis=-2)
-    x = (words + positions[None] + segments).astype(self.config.dtype)
+    x = (words + positions + segments).astype(self.config.dtype)
     return self.dropout(self.LayerNorm(x), deterministic=deterministic)
 
   def attend(self, x):
@@ -315,7 +322,10 @@ class BertEncoder(nn.Module):
     if embedding_noise is not None:
       x = add_embedding_noise(x, embedding_noise, input_mask)
     x = nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
-    mask = input_mask.astype(bool)[:, None, None, :]
+    mask = input_mask.astype(bool)[:, None, None, :]      # [B,1,1,S]: keys that are real
+    if self.config.causal:                                  # [B,1,T,S]: and not ahead
+      length = input_ids.shape[1]
+      mask = mask & jnp.tril(jnp.ones((length, length), bool))[None, None]
     shared = self.shared() if self.shared is not None else None
     hidden_states = [x]
     if self.config.scan_layers:
