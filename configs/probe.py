@@ -60,9 +60,11 @@ def get_config(arg=None):
   config.gate = 0.90
 
   # Per variant, the learning rate of these tasks is tuned (seed 0 at each rate, the other
-  # seeds at the best; probe.py's docstring); the other tasks run at optim.lr.
-  config.lr_sweep = ml_collections.ConfigDict(dict(lrs=(1e-3, 3e-3, 1e-2),
-                                                   tasks=('mqar', 'cyclic', 'cyclic_nearest')))
+  # seeds at the best; probe.py's docstring); the other tasks run at optim.lr. MQAR's
+  # solution appears abruptly at a step that depends on the rate (docs/probe_cpu/tuning.md).
+  # The cyclic tasks were swept in a pilot and did not depend on it: every variant scored
+  # within 0.06 of itself at 1e-3, 3e-3 and 1e-2 (ibid.).
+  config.lr_sweep = ml_collections.ConfigDict(dict(lrs=(1e-3, 3e-3, 1e-2), tasks=('mqar',)))
 
   # The data: one sequence length for every task; content symbols 0..vocab_size-1 (MQAR
   # has its own key and value vocabularies); the model's vocabulary adds 6 special tokens.

@@ -124,6 +124,9 @@ def report(encoder: str, data: str, workdir: str, results: dict, wall_s: float) 
                                + [f'layer {i}' for i in range(layers)], rows),
            '', f'Wall time {reporting.duration(wall_s)} (this invocation). Fit errors per layer: '
            '`fits/<arm>.txt`; how the fits work: docs/checkpoints.md.', '']
+  if os.path.isfile(os.path.join(workdir, 'parity.md')):
+    lines += ['GLUE fine-tuning of the original encoder by sharedbert against Hugging Face: '
+              '[parity.md](parity.md) (tools/glue_parity.py).', '']
   return '\n'.join(lines)
 
 
@@ -136,8 +139,11 @@ def run(encoder: str, data: str, workdir: str) -> str:
   os.makedirs(workdir, exist_ok=True)
   convert_all(encoder, data, workdir)
   results = evaluate_all(data, workdir)
-  summary = {'encoder': paths.display(encoder), 'conversion': results}
-  jsonio.write_json(os.path.join(workdir, 'summary.json'), summary)
+  # Other parts of the folder's summary (tools/glue_parity.py's `parity`) are kept.
+  path = os.path.join(workdir, 'summary.json')
+  summary = jsonio.read_json(path) if os.path.isfile(path) else {}
+  summary.update({'encoder': paths.display(encoder), 'conversion': results})
+  jsonio.write_json(path, summary)
   text = report(encoder, data, workdir, results, time.time() - t0)
   jsonio.write_text(os.path.join(workdir, 'report.md'), text)
   return os.path.join(workdir, 'report.md')
