@@ -65,6 +65,12 @@ def test_wordpiece_golden_pieces_casing_and_specials(tmp_path):
   ids, segments = lower.encode_pair('the cats', 'sat', 7)
   assert ids.tolist() == [2, 5, 7, 8, 3, 9, 3] and segments.tolist() == [0] * 5 + [1] * 2
   assert lower.special_ids == (0, 1, 2, 3, 4) and lower.token_text(8) == '##s'
+  # Longest-first truncation; on a tie the second text loses (BERT, Hugging Face): from
+  # 'the cats sat' (4 pieces) and 'sat the cats' (4) to 3 + 3 at max_len 9, then 3 + 2.
+  ids, segments = lower.encode_pair('the cats sat', 'sat the cats', 9)
+  assert ids.tolist() == [2, 5, 7, 8, 3, 9, 5, 7, 3]
+  ids, segments = lower.encode_pair('the cats sat', 'sat the cats', 8)
+  assert ids.tolist() == [2, 5, 7, 8, 3, 9, 5, 3] and segments.tolist() == [0] * 5 + [1] * 3
 
 
 def test_bad_wordpiece_vocabularies(tmp_path):

@@ -120,47 +120,62 @@ def main():
   run_jobs(jobs, logs)
 
   parity = {}
+  recipe = {k: getattr(args, k) for k in ('seq_len', 'max_train_examples', 'epochs',
+                                          'batch_size', 'lr')}
   for task in tasks:
     ours = sharedbert_scores(os.path.join(w, 'sharedbert', task, 'results.json'), task)
-    hf = [100 * r['score'] for r in json.load(open(os.path.join(w, 'hf', f'{task}.json')))['seeds']]
-    entry = {'sharedbert_mean': float(np.mean(ours)), 'sharedbert_std': float(np.std(ours, ddof=1)),
+    hf = [100 * r['score']
+          for r in json.load(open(os.path.join(w, 'hf', f'{task}.json')))['seeds']]
+    entry = {'sharedbert_mean': float(np.mean(ours)),
+             'sharedbert_std': float(np.std(ours, ddof=1)),
              'hf_mean': float(np.mean(hf)), 'hf_std': float(np.std(hf, ddof=1)),
              'seeds': args.seeds, 'sharedbert_per_seed': ours, 'hf_per_seed': hf,
-             'metric': METRIC[task], 'scale': 'points (x100)'}
+             'metric': METRIC[task], 'scale': 'points (x100)', 'recipe': recipe}
     entry['difference'] = entry['sharedbert_mean'] - entry['hf_mean']
     entry['tolerance'] = max(1.0, entry['sharedbert_std'], entry['hf_std'])
     entry['agree'] = bool(abs(entry['difference']) <= entry['tolerance'])
     parity[task] = entry
-  settings = {k: v for k, v in vars(args).items() if k not in ('hf_python', 'summary')}
-  settings.update(encoder=os.path.basename(os.path.normpath(args.encoder)), glue_dir='DATA/glue',
-                  workdir='W')
   load = os.getloadavg()[0]
-  out = {'parity': parity, 'parity_settings': settings,
-         'parity_wall_s': round(time.time() - t0, 1), 'parity_load_end': round(load, 2)}
-  json.dump(out, open(os.path.join(w, 'parity.json'), 'w'), indent=1)
-  lines = ['# GLUE parity with Hugging Face', '',
-           f'`{settings["encoder"]}` fine-tuned by sharedbert (configs/glue.py) and by '
-           'tools/hf_glue_reference.py (transformers `BertForSequenceClassification`): '
-           f'{args.seeds} seeds, {args.epochs} epochs, batch {args.batch_size}, lr {args.lr:g}, '
-           f'sequence length {args.seq_len}, the first-drawn {args.max_train_examples} training '
-           'examples of each task (the same subset for both), the whole dev set. Scores in '
-           'points, mean ± std over seeds. Agree: |difference| ≤ max(1.0, the larger std).', '',
-           '| task | metric | sharedbert | Hugging Face | difference | agree |',
-           '|---|---|---|---|---|---|']
-  for task, e in parity.items():
-    lines.append(f'| {task} | {e["metric"]} | {e["sharedbert_mean"]:.2f} ± {e["sharedbert_std"]:.2f} '
-                 f'| {e["hf_mean"]:.2f} ± {e["hf_std"]:.2f} | {e["difference"]:+.2f} | '
-                 f'{"yes" if e["agree"] else "**no**"} |')
-  lines += ['', f'Wall time {out["parity_wall_s"] / 60:.1f} min, two jobs at a time on '
-            f'{os.cpu_count()} cores (load average {load:.2f} at the end).', '']
-  open(os.path.join(w, 'parity.md'), 'w').write('\n'.join(lines))
-  print('\n'.join(lines))
-  if args.summary:
+  encoder_name = os.path.basename(os.path.normpath(args.encoder))
+  # This invocation's time: a resumed one only collects.
+  out = {'parity': parity, 'encoder': encoder_name, 'wall_s': round(time.time() - t0, 1),
+         'load_end': round(load, 2)}
+  with open(os.path.join(w, 'parity.json'), 'w') as f:
+    json.dump(out, f, indent=1)
+  text = render(parity, encoder_name)
+  open(os.path.join(w, 'parity.md'), 'w').write(text)
+  print(text)
+  if args.summary:  # Merged per task, so that runs with other recipes add tasks.
     summary = json.load(open(args.summary)) if os.path.isfile(args.summary) else {}
-    summary.update(out)
+    summary.setdefault('parity', {}).update(parity)
     with open(args.summary, 'w') as f:
       json.dump(summary, f, indent=1)
       f.write('\n')
+    path = os.path.join(os.path.dirname(os.path.abspath(args.summary)), 'parity.md')
+    open(path, 'w').write(render(summary['parity'], encoder_name))
+
+
+def render(parity: dict, encoder_name: str) -> str:
+  lines = ['# GLUE parity with Hugging Face', '',
+           f'`{encoder_name}` fine-tuned by sharedbert (configs/glue.py) and by '
+           'tools/hf_glue_reference.py (transformers `BertForSequenceClassification`), the '
+           'same recipe, training subset (the first N of one fixed random order) and seeds; '
+           'the whole dev set; written by tools/glue_parity.py. Scores in points, mean ± std '
+           'over seeds. Agree: |difference| ≤ max(1.0, the larger std).', '',
+           '| task | metric | train examples, epochs, batch, lr, seq | seeds | sharedbert '
+           '| Hugging Face | difference | agree |', '|---|---|---|---|---|---|---|---|']
+  for task, e in parity.items():
+    r = e['recipe']
+    lines.append(
+        f'| {task} | {e["metric"]} | {r["max_train_examples"]}, {r["epochs"]}, '
+        f'{r["batch_size"]}, {r["lr"]:g}, {r["seq_len"]} | {e["seeds"]} | '
+        f'{e["sharedbert_mean"]:.2f} ± {e["sharedbert_std"]:.2f} | {e["hf_mean"]:.2f} ± '
+        f'{e["hf_std"]:.2f} | {e["difference"]:+.2f} | {"yes" if e["agree"] else "**no**"} |')
+  lines += ['', 'Per seed (sharedbert / Hugging Face):', '']
+  for task, e in parity.items():
+    lines.append(f'- {task}: ' + ', '.join(f'{a:.2f} / {b:.2f}' for a, b in
+                                          zip(e['sharedbert_per_seed'], e['hf_per_seed'])))
+  return '\n'.join(lines) + '\n'
 
 
 if __name__ == '__main__':

@@ -80,12 +80,16 @@ class Tokenizer:
     raise NotImplementedError
 
   def encode_pair(self, a: str, b: str | None, max_len: int):
-    """[CLS] a [SEP] (b [SEP]), truncated longest-first to max_len; ids and segments."""
+    """[CLS] a [SEP] (b [SEP]), truncated longest-first to max_len; ids and segments.
+
+    On a tie the second text loses a token, as BERT's `_truncate_seq_pair` and Hugging
+    Face's tokenizers do (the GLUE parity check found 22 of MRPC's 408 dev pairs cut
+    differently at 64 tokens when the first text lost it)."""
     ids_a = self.encode([a])[0]
     ids_b = self.encode([b])[0] if b is not None else []
     budget = max_len - (3 if b is not None else 2)
     while len(ids_a) + len(ids_b) > budget:
-      (ids_a if len(ids_a) >= len(ids_b) else ids_b).pop()
+      (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
     ids = [self.cls_id] + ids_a + [self.sep_id]
     segments = [0] * len(ids)
     if b is not None:
