@@ -65,12 +65,16 @@ def test_wordpiece_golden_pieces_casing_and_specials(tmp_path):
   ids, segments = lower.encode_pair('the cats', 'sat', 7)
   assert ids.tolist() == [2, 5, 7, 8, 3, 9, 3] and segments.tolist() == [0] * 5 + [1] * 2
   assert lower.special_ids == (0, 1, 2, 3, 4) and lower.token_text(8) == '##s'
-  # Longest-first truncation; on a tie the second text loses (BERT, Hugging Face): from
-  # 'the cats sat' (4 pieces) and 'sat the cats' (4) to 3 + 3 at max_len 9, then 3 + 2.
+  # Longest-first truncation as Hugging Face's tokenizers do it: the shorter text (the first,
+  # on a tie) keeps floor(budget / 2), the other the rest. 'the cats sat' and 'sat the cats'
+  # are 4 pieces each: 3 + 3 at max_len 9 (budget 6), 2 + 3 at max_len 8 (budget 5).
   ids, segments = lower.encode_pair('the cats sat', 'sat the cats', 9)
   assert ids.tolist() == [2, 5, 7, 8, 3, 9, 5, 7, 3]
   ids, segments = lower.encode_pair('the cats sat', 'sat the cats', 8)
-  assert ids.tolist() == [2, 5, 7, 8, 3, 9, 5, 3] and segments.tolist() == [0] * 5 + [1] * 3
+  assert ids.tolist() == [2, 5, 7, 3, 9, 5, 7, 3] and segments.tolist() == [0] * 4 + [1] * 4
+  # A short first text is kept whole; the long second one takes the rest.
+  ids, _ = lower.encode_pair('sat', 'the cats sat the cats', 7)
+  assert ids.tolist() == [2, 9, 3, 5, 7, 8, 3]
 
 
 def test_bad_wordpiece_vocabularies(tmp_path):
