@@ -148,6 +148,8 @@ SUBCOMMANDS = {
                        'attention'),
     'conversion': ('sharedbert.experiments.conversion',
                    'a real encoder converted by every fit, scored zero-shot on STS-B'),
+    'uptrain': ('sharedbert.experiments.uptrain',
+                'a real encoder converted to shared attention and trained on, against controls'),
     'recipe_ablation': ('sharedbert.experiments.recipe_ablation',
                         'the budget recipe, one change left out at a time'),
 }

@@ -33,6 +33,7 @@ def effective_warmup(warmup_steps: int, total_steps: int) -> int:
 
 def clamp_note(optim, total_steps: int) -> str:
   """The warning line for a clamped warmup, or ''."""
+  total_steps = int(optim.get('schedule_steps', 0) or total_steps)
   warmup = effective_warmup(optim.warmup_steps, total_steps)
   if warmup == int(optim.warmup_steps):
     return ''
@@ -76,7 +77,9 @@ def with_warmup_steps(optim, total_steps: int):
 def make_optimizer(optim, total_steps: int):
   """(optax transformation, schedule) for `total_steps` steps of `optim` (a config
   section: lr, warmup_steps or warmup_fraction, weight_decay, b1, b2, eps,
-  grad_clip_norm)."""
+  grad_clip_norm, and optionally schedule_steps: a schedule longer than the run, so that a
+  run stopped at total_steps and resumed with a larger one follows one schedule)."""
+  total_steps = int(optim.get('schedule_steps', 0) or total_steps)
   optim = with_warmup_steps(optim, total_steps)
   schedule = learning_rate_schedule(optim, total_steps)
   tx = optax.chain(

@@ -64,3 +64,14 @@ def test_a_warmup_as_long_as_the_run_is_clamped_to_a_tenth():
   assert note.startswith('optim.warmup_steps=10000 is not below total_steps=40: warming up '
                          'over 4 steps') and '\n' not in note
   assert optim.clamp_note(_optim(warmup_steps=5), 40) == ''
+
+
+def test_schedule_steps_sets_the_decay_apart_from_where_the_run_stops():
+  _, long = optim.make_optimizer(_optim(warmup_steps=4), 20)
+  _, stopped = optim.make_optimizer(_optim(warmup_steps=4, schedule_steps=20), 8)
+  np.testing.assert_array_equal(_rates(stopped, 8), _rates(long, 8))
+  assert float(stopped(7)) > 0  # Part-way down: not the 8-step schedule's zero.
+  _, zero = optim.make_optimizer(_optim(warmup_steps=4, schedule_steps=0), 8)
+  assert float(zero(7)) == 0.0
+  # The clamp note reads the schedule too: a warmup inside it is not clamped.
+  assert optim.clamp_note(_optim(warmup_steps=10, schedule_steps=100), 8) == ''

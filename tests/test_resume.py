@@ -280,3 +280,23 @@ def test_kill_during_async_save_leaves_no_checkpoint(setup, tmp_path):
   writer.wait()
   writer.close()
   assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == ['1']
+
+
+def test_a_run_stopped_part_way_down_its_schedule_resumes_along_it(setup, tmp_path):
+  """optim.schedule_steps: 6 steps of a 12-step schedule, then a rerun to 12, writes the
+  same metrics as one 12-step run (the uptraining's timed checkpoints rely on it)."""
+  root, corpus, _ = setup
+  extra = ['--config.log_every_steps=3', '--config.eval_every_steps=6',
+           '--config.ckpt.every_steps=6', '--config.optim.warmup_steps=3']
+  whole = tmp_path / 'whole'
+  train.train_and_evaluate(config_from_flags(corpus, '--config.total_steps=12', *extra), whole)
+  parts = tmp_path / 'parts'
+  with pytest.raises(UserError, match='schedule_steps=12 is shorter'):
+    train.train_and_evaluate(config_from_flags(
+        corpus, '--config.total_steps=13', '--config.optim.schedule_steps=12', *extra), parts)
+  for stop in (6, 12):
+    train.train_and_evaluate(config_from_flags(
+        corpus, f'--config.total_steps={stop}', '--config.optim.schedule_steps=12', *extra),
+        parts)
+  assert deterministic(records(parts)) == deterministic(records(whole))
+  assert records(whole)[-1]['step'] == 12

@@ -216,6 +216,9 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   config.optim = ml_collections.ConfigDict()
   config.optim.lr = 1e-4
   config.optim.warmup_steps = 10_000
+  # The decay's length; 0: total_steps. Larger, the run stops part-way down the schedule
+  # (and resumes with a larger total_steps along it): the uptraining's timed checkpoints.
+  config.optim.schedule_steps = 0
   config.optim.weight_decay = 0.01
   config.optim.b1 = 0.9
   config.optim.b2 = 0.999

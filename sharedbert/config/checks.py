@@ -33,6 +33,11 @@ def pretrain(config) -> None:
     raise UserError(f'data.batch_size={d.batch_size} is not divisible by '
                     f'optim.grad_accum_steps={optim.grad_accum_steps}; optim.grad_accum_steps '
                     'must divide data.batch_size')
+  schedule = optim.get('schedule_steps', 0)
+  if schedule and schedule < config.total_steps:
+    raise UserError(f'optim.schedule_steps={schedule} is shorter than total_steps='
+                    f'{config.total_steps}; set it to 0 (the schedule ends at total_steps) '
+                    'or to at least total_steps')
   _check_axis_rules(config.mesh)
 
 

@@ -166,6 +166,7 @@ PRETRAIN = {
     'data.shuffle_buffer': POSITIVE,
     **{f'optim.{k}': r for k, r in OPTIM.items()},
     'optim.warmup_steps': NON_NEGATIVE,
+    'optim.schedule_steps': integer(0, text='an integer >= 0 (0: total_steps)'),
     'optim.grad_accum_steps': POSITIVE,
     'optim.max_skipped_steps': POSITIVE,
     **{f'mesh.{k}': r for k, r in MESH.items()},

@@ -27,6 +27,10 @@ unit j's weights and bias in W_q, W_k, W_v, approximated with rank one. Its top 
 pair is the exact least-squares answer (Eckart-Young); the diagonals are scaled so that
 ||(d_q, d_k, d_v)_j|| = sqrt(3), i.e. all ones where the three roles agree.
 
+--fit=fresh (any variant): nothing is fitted; attention is initialised as a new model of
+the variant would be (--seed), everything else copied: the control that shows what a fit is
+worth once training continues (sharedbert.experiments.uptrain).
+
 kv_shared: per layer and head, K = V = x W_kv fitted to what attention computes, the score
 form [W_q; b_q] W_k^T and the value path W_v W_o (sharedbert/models/fit.py,
 `fit_kv_shared`, derives it).
@@ -74,7 +78,9 @@ def _define_flags():
   flags.DEFINE_integer('masa_atoms', 0, 'masa: atoms per projection type (0: ceil(L/3)).')
   flags.DEFINE_string('masa_projections', 'qkvo', 'masa: projection types from the dictionary.')
   flags.DEFINE_string('fit', None, "How attention is fitted: shared 'function' (default) or "
-                      "'rank1'; symmetric 'function' (default) or 'mean'.")
+                      "'rank1'; symmetric 'function' (default) or 'mean'; any variant "
+                      "'fresh' (no fit: attention newly initialised, a control).")
+  flags.DEFINE_integer('seed', 0, '--fit=fresh: the initialisation seed.')
   flags.DEFINE_string('fit_text', None, 'Text (a .txt file or a folder of them) whose '
                       'paragraphs weight the function fits by where the layer inputs lie.')
   flags.DEFINE_integer('fit_texts', 2000, 'Paragraphs of --fit_text used (a fixed sample).')
@@ -106,6 +112,29 @@ def _convert(params, source_cfg, target_cfg, fit=None,
   if fit.shared is not None:
     out['bert']['shared_attention'] = fit.shared
   return out, fit
+
+
+FRESH = 'fresh'  # Not a fit: the control arm of the uptraining (sharedbert.experiments.uptrain).
+
+
+def fresh_attention(params: dict, target_cfg: ModelConfig, seed: int = 0) -> dict:
+  """`params` (a standard model's, layers unstacked) with every attention parameter replaced
+  by a fresh initialisation of `target_cfg`'s variant (seed `seed`); the rest is copied."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from flax import linen as nn
+  from sharedbert.models.bert import BertForPretraining
+  ids = jnp.zeros((1, 1), jnp.int32)
+  model = BertForPretraining(dataclasses.replace(target_cfg, scan_layers=False))
+  init = nn.unbox(model.init(jax.random.key(seed), ids, ids, jnp.ones_like(ids), ids))
+  init = jax.tree.map(np.asarray, init['params'])
+  out = copy.deepcopy(params)
+  for i in range(target_cfg.num_layers):
+    out['bert'][f'layer_{i}']['attention'] = init['bert'][f'layer_{i}']['attention']
+  if 'shared_attention' in init['bert']:
+    out['bert']['shared_attention'] = init['bert']['shared_attention']
+  return out
 
 
 def input_moments(source_cfg: ModelConfig, params: dict, tokenizer, texts,
@@ -164,7 +193,7 @@ def target_model_config(source_cfg: ModelConfig, attention: str, masa_atoms: int
 def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int = 0,
                     masa_projections: str = 'qkvo', step: int | None = None,
                     fit: str | None = None, fit_text: str | None = None,
-                    fit_texts: int = 2000) -> str:
+                    fit_texts: int = 2000, seed: int = 0) -> str:
   """Converts SOURCE's checkpoint into a new TARGET workdir; returns the report."""
   if os.path.abspath(source) == os.path.abspath(target):
     raise UserError('--target must be a new workdir, not --source')
@@ -175,15 +204,22 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
   if source_cfg.attention != 'standard':
     raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
                     'starts from a standard one')
-  # A bad --fit before any work (and --fit_text with a fit it cannot weight).
-  attention_lib.VARIANTS[attention].conversion_fit(fit, [] if fit_text else None)
-  moments = None
-  if fit_text:
-    tokenizer = tokenizer_lib.load_workdir(source)
-    moments = input_moments(source_cfg, params, tokenizer, sample_texts(fit_text, fit_texts))
-  new_params, fit = _convert(params, source_cfg, target_cfg, fit, moments)
-  new_params = to_layout(new_params, target_cfg.scan_layers)
-  header, rows = fit.header, fit.rows
+  if fit == FRESH:
+    if fit_text:
+      raise UserError('--fit_text weights a fit; --fit=fresh fits nothing')
+    new_params = to_layout(fresh_attention(params, target_cfg, seed), target_cfg.scan_layers)
+    what = f'attention freshly initialised (seed {seed}), everything else copied'
+    header, rows, errors_of = ['layer'], [], 'none: nothing is fitted'
+  else:
+    # A bad --fit before any work (and --fit_text with a fit it cannot weight).
+    attention_lib.VARIANTS[attention].conversion_fit(fit, [] if fit_text else None)
+    moments = None
+    if fit_text:
+      tokenizer = tokenizer_lib.load_workdir(source)
+      moments = input_moments(source_cfg, params, tokenizer, sample_texts(fit_text, fit_texts))
+    new_params, fitted = _convert(params, source_cfg, target_cfg, fit, moments)
+    new_params = to_layout(new_params, target_cfg.scan_layers)
+    header, rows, what, errors_of = fitted.header, fitted.rows, fitted.what, fitted.errors_of
 
   config = convert_hf.read_workdir_config(source)
   for key in ('attention', 'masa_atoms', 'masa_projections'):
@@ -197,9 +233,10 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
 
   widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
   fmt = lambda cells: '  '.join(c.rjust(w) for c, w in zip(cells, widths))
-  lines = [f'{source} (standard, step {step}) -> {target} ({attention}): {fit.what}.',
-           f'Relative reconstruction error ||W - W_fit||_F / ||W||_F ({fit.errors_of}):',
-           fmt(header), fmt(['-' * w for w in widths])] + [fmt(r) for r in rows]
+  lines = [f'{source} (standard, step {step}) -> {target} ({attention}): {what}.']
+  if rows:
+    lines += [f'Relative reconstruction error ||W - W_fit||_F / ||W||_F ({errors_of}):',
+              fmt(header), fmt(['-' * w for w in widths])] + [fmt(r) for r in rows]
   if attention in ('shared', 'symmetric') and not fit_text and (fit or 'function') == 'function':
     lines.append('Note: unweighted, the function fit kept less of all-MiniLM-L6-v2 than the '
                  'weight-space fit (zero-shot STS-B 0.72 against 0.77 for shared); weighted by '
@@ -217,7 +254,7 @@ def main(argv):
     print(convert_workdir(FLAGS.source, FLAGS.target, FLAGS.attention,
                           masa_atoms=FLAGS.masa_atoms, masa_projections=FLAGS.masa_projections,
                           step=FLAGS.step, fit=FLAGS.fit, fit_text=FLAGS.fit_text,
-                          fit_texts=FLAGS.fit_texts))
+                          fit_texts=FLAGS.fit_texts, seed=FLAGS.seed))
 
 
 if __name__ == '__main__':

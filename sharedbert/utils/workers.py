@@ -13,9 +13,10 @@ import os
 from typing import Any, Callable, Iterable
 
 
-def init_worker(counter, cache_dir: str) -> None:
+def init_worker(counter, cache_dir: str, verbosity: int | None = None) -> None:
   """A worker process: one core of its own, dies with its parent (SIGTERM, which train.py
-  answers by checkpointing), and the parent's compilation cache."""
+  answers by checkpointing), the parent's compilation cache and log verbosity (so that
+  the runs' progress and ETA lines reach the parent's log)."""
   import signal
   with counter.get_lock():
     index = counter.value
@@ -27,10 +28,18 @@ def init_worker(counter, cache_dir: str) -> None:
     ctypes.CDLL('libc.so.6').prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG.
   except OSError:
     pass
+  if verbosity is not None:
+    from absl import logging
+    logging.set_verbosity(verbosity)
   import jax
   if cache_dir:
     jax.config.update('jax_compilation_cache_dir', cache_dir)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
+
+
+def _verbosity() -> int:
+  from absl import logging
+  return logging.get_verbosity()
 
 
 def run_all(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], tuple], *,
@@ -50,7 +59,7 @@ def run_all(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], tuple], 
   counter = ctx.Value('i', 0)
   cache = jax.config.jax_compilation_cache_dir or ''
   with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker,
-                                              initargs=(counter, cache)) as pool:
+                                              initargs=(counter, cache, _verbosity())) as pool:
     futures = {pool.submit(fn, *args_of(job)): job for job in jobs}
     for future in concurrent.futures.as_completed(futures):
       job = futures[future]
@@ -61,3 +70,52 @@ def run_all(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], tuple], 
           f.cancel()
         raise RuntimeError(f'{describe(job)} failed: {e}') from e
       on_done(job, result)
+
+
+def run_when_ready(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], tuple], *,
+                   workers: int, on_done: Callable[[Any, Any], None],
+                   ready: Callable[[Any], bool], describe: Callable[[Any], str] = str) -> None:
+  """run_all for jobs that depend on others: a job starts, in list order, once
+  `ready(job)` is true (asked again as each job finishes) and a worker is free."""
+  pending = list(jobs)
+
+  def next_ready():
+    return next((j for j in pending if ready(j)), None)
+
+  if max(1, int(workers)) == 1 or len(pending) == 1:
+    while pending:
+      job = next_ready()
+      if job is None:
+        raise RuntimeError(f'no job can start: {", ".join(describe(j) for j in pending)} '
+                           'wait for jobs that are not in the list')
+      pending.remove(job)
+      on_done(job, fn(*args_of(job)))
+    return
+  import jax
+  ctx = multiprocessing.get_context('spawn')
+  counter = ctx.Value('i', 0)
+  cache = jax.config.jax_compilation_cache_dir or ''
+  with concurrent.futures.ProcessPoolExecutor(int(workers), mp_context=ctx,
+                                              initializer=init_worker,
+                                              initargs=(counter, cache, _verbosity())) as pool:
+    running = {}
+    while pending or running:
+      while len(running) < int(workers):
+        job = next_ready()
+        if job is None:
+          break
+        pending.remove(job)
+        running[pool.submit(fn, *args_of(job))] = job
+      if not running:
+        raise RuntimeError(f'no job can start: {", ".join(describe(j) for j in pending)} '
+                           'wait for jobs that are not in the list')
+      finished, _ = concurrent.futures.wait(running, return_when='FIRST_COMPLETED')
+      for future in finished:
+        job = running.pop(future)
+        try:
+          result = future.result()
+        except Exception as e:
+          for f in running:
+            f.cancel()
+          raise RuntimeError(f'{describe(job)} failed: {e}') from e
+        on_done(job, result)
