@@ -98,6 +98,11 @@ def get_config(arg=None):
   # 'auto': every task of glue.override.data.glue_dir with train.tsv and its dev file(s);
   # or names, comma-separated ('cola,sst2').
   config.glue.tasks = 'auto'
+  # 0: fine-tune each variant's reference run only. N > 0: fine-tune phase B's pretraining
+  # seeds 0..N-1 (each at the variant's chosen rate and init), `seeds` fine-tuning seeds
+  # each; GLUE's intervals then resample pretraining seeds, fine-tuning seeds and dev
+  # examples (hierarchical), and differences between variants pair by pretraining seed.
+  config.glue.pretrain_seeds = 0
   config.glue.override = ml_collections.ConfigDict()
   config.glue.override.data = ml_collections.ConfigDict()
 
@@ -189,6 +194,7 @@ def get_config(arg=None):
     # (SST-2 with lr 1e-3, 4,000 examples, 3 epochs: 66.5% against a majority of 50.9%).
     g.data.max_train_examples = 1000
     g.num_epochs = 3
+    config.glue.pretrain_seeds = 3  # Every phase-B seed: hierarchical GLUE intervals.
     # Fine-tuning at the pretraining length (32): positions past 32 were never trained
     # (at 64, MRPC's and STS-B's second sentences sat on untrained positions).
     g.data.seq_len = 32

@@ -67,6 +67,7 @@ def _toy_config(corpus, glue_dir):
   config.bootstrap_resamples = 50
   # The reference runs only (tests/test_study_arms.py runs the arms).
   config.pretrain.update(seeds=1, lrs=(), inits=(), widths=(), workers=1)
+  config.glue.pretrain_seeds = 0  # GLUE from the reference runs (test_study_arms: seeds).
   config.linear_probe.max_train_examples = 40
   p = config.pretrain.override
   p.data.corpus = corpus
@@ -325,11 +326,11 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   # A study killed in the middle: the second (variant, task) fine-tuning dies.
   original = study.run_glue_task
   calls = []
-  def dying(config, workdir, variant, task):
+  def dying(config, workdir, variant, task, sources):
     calls.append((variant, task))
     if len(calls) == 2:
       raise _Killed('killed')
-    return original(config, workdir, variant, task)
+    return original(config, workdir, variant, task, sources)
   monkeypatch.setattr(study, 'run_glue_task', dying)
   with pytest.raises(_Killed):
     study.run_study(config, workdir)

@@ -97,6 +97,7 @@ def test_linear_probe_finds_a_linear_signal_and_picks_the_penalty_on_training_da
 def test_toy_arms_end_to_end_with_two_workers_killed_and_resumed(tmp_path, monkeypatch):
   config = _arms_config(tmp_path, workers=2)
   config.glue.tasks = 'mrpc'
+  config.glue.pretrain_seeds = 2  # GLUE from both phase-B seeds: hierarchical intervals.
   config.seeds = 1
   config.baselines = ()
   config.robustness.tasks = ()
@@ -164,3 +165,17 @@ def test_toy_arms_end_to_end_with_two_workers_killed_and_resumed(tmp_path, monke
   assert text.index('## Pretraining verdict') < text.index('## GLUE (fine-tuning')
   assert os.path.getsize(os.path.join(workdir, 'scaling.png')) > 1000
   assert os.path.exists(study_linear.result_file(workdir, 'none', 'mrpc', 1))
+  # GLUE fine-tuned each phase-B seed's encoder at the variant's chosen rate.
+  assert summary['glue_intervals'].startswith('hierarchical')
+  chosen = sp.choose(config, variants, sp.load_results(config, workdir, variants))
+  for v in variants:
+    g = summary['glue'][v]['mrpc']
+    assert g['pretrain_seeds'] == 2 and g['finetune_seeds'] == 1 and g['seeds'] == [0, 1]
+    for s in (0, 1):
+      record = json.load(open(study.run_file(workdir, v, 'mrpc', 0, s)))
+      assert record['pretrain_seed'] == s
+      assert record['init_from'].endswith(os.path.basename(sp.run_dir(
+          config, workdir, dataclasses.replace(chosen[v], seed=s))))
+    assert g['per_seed'] == [json.load(open(study.run_file(workdir, v, 'mrpc', 0, s)))['score']
+                             for s in (0, 1)]
+  assert 'hierarchical bootstrap interval' in text

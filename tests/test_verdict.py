@@ -1,6 +1,7 @@
 """The pretraining verdict's statistics against hand-computed cases: paired t tests, TOST
 within +-delta, Holm's correction (sharedbert.metrics.stats)."""
 
+import numpy as np
 import pytest
 
 from sharedbert.metrics import stats
@@ -63,3 +64,31 @@ def test_holm_can_turn_a_lone_decision_into_undecided():
 def test_fewer_than_two_seeds_is_an_error():
   with pytest.raises(ValueError, match='2 seeds'):
     stats.paired_tests([0.1], delta=0.05)
+
+
+def test_hierarchical_bootstrap_resamples_pretraining_then_finetuning_seeds():
+  """Models whose score does not depend on the examples drawn: what is left is the seed
+  draws. Two pretraining seeds scoring 0 and 1 (one fine-tuning seed each) give means of
+  0, 1/2, 1 with chances 1/4, 1/2, 1/4; one pretraining seed with fine-tuning seeds 0 and 1
+  gives the same, from the inner level."""
+  from sharedbert.metrics import stats
+  mean_of_predictions = lambda p, l: float(np.mean(p))
+  labels = np.zeros(7)
+  for preds in ([[np.zeros(7)], [np.ones(7)]], [[np.zeros(7), np.ones(7)]]):
+    draws = stats.bootstrap_hierarchical_mean(mean_of_predictions, preds, labels,
+                                              num_resamples=4000, seed=5)
+    values, counts = np.unique(draws, return_counts=True)
+    np.testing.assert_array_equal(values, [0.0, 0.5, 1.0])
+    np.testing.assert_allclose(counts / 4000, [0.25, 0.5, 0.25], atol=0.03)
+  # Equal models: every draw is their score (and the example draws match the flat
+  # bootstrap's for the same seed).
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 2, 50)
+  p = rng.integers(0, 2, 50)
+  accuracy = lambda pr, lab: float(np.mean(pr == lab))
+  flat = stats.bootstrap_seed_mean(accuracy, [p], labels, num_resamples=200, seed=9)
+  nested = stats.bootstrap_hierarchical_mean(accuracy, [[p], [p]], labels, num_resamples=200,
+                                             seed=9)
+  np.testing.assert_allclose(nested, flat)
+  with pytest.raises(ValueError, match='same, non-zero number'):
+    stats.bootstrap_hierarchical_mean(accuracy, [[p], [p, p]], labels, num_resamples=10)

@@ -51,6 +51,7 @@ import tensorflow as tf
 
 from sharedbert.experiments import study_linear
 from sharedbert.utils import jsonio
+from sharedbert.utils import paths
 from sharedbert.errors import UserError, one_line_errors
 # The plan (configs, tasks, baselines, result paths) lives in study_plan, which the report
 # reads too; its names are part of this module's interface.
@@ -98,23 +99,33 @@ def traced_task_run(base_cls):
   return TracedTaskRun
 
 
-def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
-  """Fine-tunes `variant` on `task` for every seed whose result file is missing, then each
-  baseline of its architecture from random weights, on the same TaskRun: the same
-  training examples and batches, and the same compiled steps."""
+def run_glue_task(config, workdir: str, variant: str, task: str, sources) -> None:
+  """Fine-tunes `variant` on `task` from each of `sources` ([(pretraining seed or None,
+  pretraining workdir)], study_pretrain.glue_sources) for every seed whose result file is
+  missing; with the first source, each baseline of its architecture from random weights,
+  on the same TaskRun: the same training examples and batches, the same compiled steps."""
+  for i, (pretrain_seed, init_from) in enumerate(sources):
+    rows = rows_of(config, variant) if i == 0 else [variant]
+    _run_glue_source(config, workdir, variant, task, rows, init_from, pretrain_seed)
+
+
+def _run_glue_source(config, workdir: str, variant: str, task: str, rows, init_from: str,
+                     pretrain_seed) -> None:
   seeds = list(range(int(config.seeds)))
-  rows = rows_of(config, variant)
-  todo = {row: [s for s in seeds if not tf.io.gfile.exists(run_file(workdir, row, task, s))]
-          for row in rows}
+  # Baselines do not depend on the pretraining seed: one set of runs, at the plain path.
+  file_of = lambda row, seed: run_file(workdir, row, task, seed,
+                                       pretrain_seed if row == variant else None)
+  todo = {row: [s for s in seeds if not tf.io.gfile.exists(file_of(row, s))] for row in rows}
+  where = '' if pretrain_seed is None else f' (pretraining seed {pretrain_seed})'
   if not any(todo.values()):
-    logging.info('study: %s %s: all %d seeds finished', '/'.join(rows), task, len(seeds))
+    logging.info('study: %s %s%s: all %d seeds finished', '/'.join(rows), task, where,
+                 len(seeds))
     return
   import flax.linen as nn
   import jax
   from sharedbert.tasks import finetune
   from sharedbert import sharding
 
-  init_from = pretrain_dir(workdir, variant)
   cfg = glue_config(config, init_from, task)
   finetune.validate(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
@@ -124,8 +135,10 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
   target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
   encoder_params, step = finetune.restore_encoder_params(init_from, target)
   t0 = time.time()
+  out = variant if pretrain_seed is None else os.path.join(variant,
+                                                           f'pretrain_seed_{pretrain_seed}')
   run = traced_task_run(finetune.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
-                                          encoder_params, step, _glue_dir(workdir, variant))
+                                          encoder_params, step, _glue_dir(workdir, out))
   setup_s = time.time() - t0
   evaluators = _evaluators(config, run, task)
   with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
@@ -139,9 +152,12 @@ def run_glue_task(config, workdir: str, variant: str, task: str) -> None:
                                    _glue_dir(workdir, row))
       for i, seed in enumerate(todo[row]):
         result = _run_seed(row_run, seed, len(todo[row]) - i - 1, evaluators)
-        result.update(variant=row, task=task, setup_s=round(setup_s, 2))
-        write_json(run_file(workdir, row, task, seed), result)
-        logging.info('study: %s %s seed %d: dev score %.4f%s', row, task, seed,
+        result.update(variant=row, task=task, setup_s=round(setup_s, 2),
+                      pretrain_seed=pretrain_seed if row == variant else None,
+                      init_from=paths.display(init_from))
+        write_json(file_of(row, seed), result)
+        logging.info('study: %s %s%s seed %d: dev score %.4f%s', row, task,
+                     where if row == variant else '', seed,
                      result['score'], ''.join(f'; {k} {v["score"]:.4f}'
                                               for k, v in result['crossdomain'].items()))
 
@@ -238,9 +254,12 @@ def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
 
 
 def run_glue(config, workdir: str, variants: list[str], tasks: list[str]) -> None:
+  from sharedbert.experiments import study_pretrain
+  sources = study_pretrain.glue_sources(config, workdir, variants)
   for task in tasks:
     for variant in variants:
-      run_glue_task(config, workdir, variant, task)  # And the baselines of its architecture.
+      # And the baselines of its architecture.
+      run_glue_task(config, workdir, variant, task, sources[variant])
 
 
 # ---------------------------------------------------------------------------------------

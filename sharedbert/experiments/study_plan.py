@@ -234,5 +234,16 @@ def pretrain_dir(workdir: str, variant: str) -> str:
   return os.path.join(workdir, 'pretrain', variant)
 
 
-def run_file(workdir: str, variant: str, task: str, seed: int) -> str:
-  return os.path.join(workdir, 'runs', variant, task, f'seed_{seed}.json')
+def glue_pretrain_seeds(config) -> int:
+  """How many pretrained encoders of each variant GLUE fine-tunes (1: the reference run)."""
+  return max(1, int(config.glue.get('pretrain_seeds', 0)))
+
+
+def run_file(workdir: str, variant: str, task: str, seed: int,
+             pretrain_seed: int | None = None) -> str:
+  """A fine-tuning run's result: from the reference run (pretrain_seed None), or from
+  pretraining seed `pretrain_seed` of phase B (glue.pretrain_seeds > 0)."""
+  folder = os.path.join(workdir, 'runs', variant, task)
+  if pretrain_seed is not None:
+    folder = os.path.join(folder, f'pretrain_seed_{pretrain_seed}')
+  return os.path.join(folder, f'seed_{seed}.json')

@@ -289,6 +289,22 @@ def choose(config, variants, results: dict) -> dict:
   return out
 
 
+def glue_sources(config, workdir: str, variants) -> dict:
+  """{variant: [(pretraining seed or None, pretraining workdir)]}: what GLUE fine-tunes.
+  glue.pretrain_seeds = 0: the reference run alone (None). N > 0: phase B's seeds 0..N-1
+  at the reference width, each variant at its chosen rate and init, so that GLUE's
+  intervals take in the pretraining seed as the verdict's do."""
+  count = int(config.glue.get('pretrain_seeds', 0))
+  if not count:
+    return {v: [(None, study_plan.pretrain_dir(workdir, v))] for v in variants}
+  if count > int(config.pretrain.seeds):
+    raise UserError(f'glue.pretrain_seeds={count} exceeds pretrain.seeds='
+                    f'{config.pretrain.seeds}: GLUE fine-tunes phase B\'s seeds')
+  chosen = choose(config, variants, load_results(config, workdir, variants))
+  return {v: [(s, run_dir(config, workdir, dataclasses.replace(chosen[v], seed=s)))
+              for s in range(count)] for v in variants}
+
+
 def step0_shares(config, workdir: str, variants) -> dict:
   """Each variant's (and each init's of the init variant) mean attention of a token on itself
   at initialisation, on one held-out batch: {name: share}. Cached in W/pretrain_runs/."""

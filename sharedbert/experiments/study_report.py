@@ -3,7 +3,9 @@
 Conventions (also written into the report):
   * Scores are GLUE task scores (MRPC (F1+acc)/2, STS-B (Pearson+Spearman)/2, CoLA MCC,
     else accuracy), shown x100.
-  * mean ± std: over fine-tuning seeds (sample std).
+  * mean ± std: over fine-tuning seeds (sample std); when GLUE fine-tunes several
+    pretraining seeds (glue.pretrain_seeds), over those, each the mean of its fine-tuning
+    seeds, and the interval is hierarchical (stats.bootstrap_hierarchical_mean).
   * 95% CI of a mean: percentile bootstrap over dev examples of the seed mean (every seed
     scored on the same resample; sharedbert.metrics.stats.bootstrap_seed_mean). It measures
     how much the figure depends on which dev examples were drawn.
@@ -99,10 +101,25 @@ def _glue_section(a: Analysis) -> list[str]:
   (conf, baselines, rows, runs, table, cols, has_avg, keys, avg_tasks, majority) = (
       a.conf, a.baselines, a.rows, a.runs, a.table, a.cols, a.has_avg, a.keys, a.avg_tasks,
       a.majority)
+  hierarchical = max((e.get('pretrain_seeds', 1) for v in rows for t, e in table[v].items()
+                      if t != '_average'), default=1) > 1
+  if hierarchical:
+    pretrain_seeds = max(e.get('pretrain_seeds', 1) for v in rows for e in table[v].values())
+    legend = (f'Score ×100: each pretrained variant fine-tuned from {pretrain_seeds} '
+              'pretraining seeds (phase B, at its chosen rate), each with the same fine-tuning '
+              'seeds; mean ± std over pretraining seeds (of their mean over fine-tuning seeds), '
+              f'then the {conf:.0%} hierarchical bootstrap interval (pretraining seeds, then '
+              'fine-tuning seeds within each, then dev examples, all resampled). A baseline has '
+              'no pretraining seed: mean ± std over fine-tuning seeds and the interval over dev '
+              'examples. Differences between variants pair by pretraining seed; a baseline\'s '
+              't interval pairs the k-th pretraining seed with its k-th fine-tuning seed, which '
+              'is valid for independent runs but not paired. ')
+  else:
+    legend = (f'Score ×100: mean ± std over fine-tuning seeds, then the {conf:.0%} bootstrap '
+              'interval of the seed mean over dev examples. ')
   lines = ['## GLUE dev scores', '',
-           f'Score ×100: mean ± std over fine-tuning seeds, then the {conf:.0%} bootstrap '
-           'interval of the seed mean over dev examples. Majority: always predicting the most '
-           'frequent training label (STS-B: the mean).', '']
+           legend + 'Majority: always predicting the most frequent training label (STS-B: '
+           'the mean).', '']
   head = ['variant'] + [task_title(t) for t in cols] + (['average'] if has_avg else [])
   lines += reporting.md_table(head)
   for v in rows:
@@ -125,7 +142,7 @@ def _glue_section(a: Analysis) -> list[str]:
                  'adversarial: most systems score at or below the majority)'
                  if 'wnli' in cols else '') + '.']
   seeds_seen = sorted({len(rs) for v in rows for rs in runs[v].values()})
-  lines += ['', f'Seeds per cell: {", ".join(map(str, seeds_seen)) or "none"}.', '']
+  lines += ['', f'Fine-tuned models per cell: {", ".join(map(str, seeds_seen)) or "none"}.', '']
   return lines
 
 
@@ -314,8 +331,12 @@ def _summary(a: Analysis) -> dict:
       'skipped_tasks': {t: why for t, why in skipped},
       'skipped_crossdomain_pairs': {n: why for n, why in skipped_pairs},
       'data': _data_paths(config, workdir, variants),
-      'glue': {v: {t: {k: e[k] for k in ('mean', 'std', 'ci', 'per_seed')}
+      'glue': {v: {t: {k: e[k] for k in ('mean', 'std', 'ci', 'per_seed', 'seeds',
+                                         'pretrain_seeds', 'finetune_seeds') if k in e}
                    for t, e in table[v].items()} for v in rows},
+      'glue_intervals': ('hierarchical: pretraining seed, fine-tuning seed, dev examples'
+                         if study_plan.glue_pretrain_seeds(config) > 1
+                         else 'dev examples (the fine-tuning seeds kept; their spread is std)'),
       'majority': {t: e['mean'] for t, e in majority.items() if e},
       'paired_differences': {v: {t: {k: d[k] for k in diff_keys} for t, d in dd.items()}
                              for v, dd in diffs.items()},

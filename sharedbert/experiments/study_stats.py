@@ -38,24 +38,52 @@ t_interval = stats.t_interval
 
 
 def load_runs(workdir: str, variants, tasks) -> dict:
-  """{variant: {task: [result of seed 0, 1, ...]}} for the finished runs, by seed."""
+  """{variant: {task: [results]}} for the finished runs, by (pretraining seed, seed). A row
+  fine-tuned from several pretraining seeds (glue.pretrain_seeds) has only those runs; each
+  result's 'pretrain_seed' says which (None: the reference run)."""
   out = {}
   for v in variants:
     out[v] = {}
     for t in tasks:
-      files = tf.io.gfile.glob(os.path.join(workdir, 'runs', v, t, 'seed_*.json'))
-      runs = sorted((_read(f) for f in files), key=lambda r: r['seed'])
+      folder = os.path.join(workdir, 'runs', v, t)
+      runs = [dict(_read(f), pretrain_seed=None)
+              for f in tf.io.gfile.glob(os.path.join(folder, 'seed_*.json'))]
+      by_pretrain_seed = [
+          dict(_read(f), pretrain_seed=int(f.split('pretrain_seed_')[-1].split('/')[0]))
+          for f in tf.io.gfile.glob(os.path.join(folder, 'pretrain_seed_*', 'seed_*.json'))]
+      runs = by_pretrain_seed or runs
+      runs.sort(key=lambda r: (r['pretrain_seed'] or 0, r['seed']))
       if runs:
         out[v][t] = runs
   return out
 
 
+def pretrain_groups(runs: list) -> dict | None:
+  """{pretraining seed: its runs} when `runs` come from several pretraining seeds (each
+  with the seeds every one of them has), else None."""
+  if runs[0].get('pretrain_seed') is None:
+    return None
+  groups = {}
+  for r in runs:
+    groups.setdefault(r['pretrain_seed'], []).append(r)
+  common = set.intersection(*({r['seed'] for r in g} for g in groups.values()))
+  return {p: [r for r in g if r['seed'] in common] for p, g in sorted(groups.items())}
+
+
 def seed_mean_distribution(task: str, runs: list, resamples: int) -> np.ndarray:
-  """Bootstrap draws of the seed-mean score; the same resamples for every variant."""
+  """Bootstrap draws of the seed-mean score; the same example resamples for every variant.
+  Runs from several pretraining seeds are resampled hierarchically (pretraining seed, then
+  fine-tuning seed, then dev examples); otherwise the seeds are kept and only the examples
+  resampled (the seed spread is reported as the std)."""
   spec = glue.get_task(task)
   labels = np.asarray(runs[0]['labels'], np.float32 if spec.is_regression else np.int64)
-  preds = [np.asarray(r['predictions'], labels.dtype) for r in runs]
-  return stats.bootstrap_seed_mean(glue_metrics.task_score_fn(spec), preds, labels,
+  predictions = lambda rs: [np.asarray(r['predictions'], labels.dtype) for r in rs]
+  groups = pretrain_groups(runs)
+  if groups is not None:
+    return stats.bootstrap_hierarchical_mean(
+        glue_metrics.task_score_fn(spec), [predictions(g) for g in groups.values()], labels,
+        num_resamples=resamples, seed=zlib.crc32(task.encode()))
+  return stats.bootstrap_seed_mean(glue_metrics.task_score_fn(spec), predictions(runs), labels,
                                    num_resamples=resamples, seed=zlib.crc32(task.encode()))
 
 
@@ -70,11 +98,18 @@ def glue_tables(runs: dict, variants, tasks, confidence: float, resamples: int,
       rs = runs[v].get(t)
       if not rs:
         continue
-      scores = [r['score'] for r in rs]
+      groups = pretrain_groups(rs)
+      if groups is None:
+        scores, seeds = [r['score'] for r in rs], [r['seed'] for r in rs]
+      else:  # The unit is the pretraining seed: its mean over fine-tuning seeds.
+        scores = [float(np.mean([r['score'] for r in g])) for g in groups.values()]
+        seeds = list(groups)
       mean, std = stats.mean_std(scores)
       dist = seed_mean_distribution(t, rs, resamples)
-      table[v][t] = {'mean': mean, 'std': std, 'per_seed': scores,
-                     'seeds': [r['seed'] for r in rs], 'dist': dist,
+      table[v][t] = {'mean': mean, 'std': std, 'per_seed': scores, 'seeds': seeds,
+                     'dist': dist, 'pretrain_seeds': len(groups) if groups else 1,
+                     'finetune_seeds': (len(next(iter(groups.values()))) if groups
+                                        else len(rs)),
                      'ci': stats.percentile_interval(dist, confidence),
                      'majority': rs[0]['majority_baseline'], 'n_dev': len(rs[0]['labels'])}
   # The average over the tasks every variant finished, with the same seeds; a baseline
@@ -356,8 +391,10 @@ def analyse(config, workdir: str, variants) -> Analysis:
       missing.append(f'pretraining of {v}')
     for t in tasks:
       got = len(runs[v].get(t, []))
-      if got < int(config.seeds):
-        missing.append(f'{v} {task_title(t)}: {got} of {config.seeds} seeds')
+      want = int(config.seeds) * (study_plan.glue_pretrain_seeds(config)
+                                  if v in variants else 1)
+      if got < want:
+        missing.append(f'{v} {task_title(t)}: {got} of {want} fine-tuning runs')
   return Analysis(
       config=config, workdir=workdir, variants=variants, baselines=baselines, rows=rows,
       base=base, tasks=tasks, skipped=skipped, skipped_pairs=skipped_pairs, conf=conf,

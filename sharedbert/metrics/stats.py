@@ -129,6 +129,34 @@ def bootstrap_seed_mean(metric_fn: MetricFn, predictions_per_seed, labels, *,
   return np.mean(scores, axis=0)
 
 
+def bootstrap_hierarchical_mean(metric_fn: MetricFn, predictions, labels, *,
+                                num_resamples: int = 1000, seed: int = 0) -> np.ndarray:
+  """Bootstrap distribution (num_resamples,) of a mean over pretraining seeds of the mean
+  over their fine-tuning seeds, resampled at every level.
+
+  `predictions[p][s]`: the dev predictions of the model fine-tuned with seed s from the
+  encoder pretrained with seed p (the same number of fine-tuning seeds for every p). Each
+  resample draws dev examples once and scores every model on them (as
+  `bootstrap_seed_mean`, so the same `seed` gives the same example draws there), then
+  draws P pretraining seeds with replacement and, within each, S fine-tuning seeds with
+  replacement; its value is the mean of the drawn models' scores. The seed draws come from
+  a generator of their own (seeded by `seed`), the same for every variant compared.
+  """
+  groups = [list(g) for g in predictions]
+  if not groups or any(len(g) != len(groups[0]) or not g for g in groups):
+    raise ValueError('bootstrap_hierarchical_mean needs the same, non-zero number of '
+                     f'fine-tuning seeds for every pretraining seed, got {[len(g) for g in groups]}')
+  flat, labels = _check([p for g in groups for p in g], labels, num_resamples, 0.5)
+  p_count, s_count = len(groups), len(groups[0])
+  scores = np.stack(_resampled_scores(metric_fn, flat, labels, num_resamples, seed))
+  scores = scores.reshape(p_count, s_count, num_resamples)
+  rng = np.random.default_rng([seed, 1])
+  pick_p = rng.integers(0, p_count, size=(num_resamples, p_count))
+  pick_s = rng.integers(0, s_count, size=(num_resamples, p_count, s_count))
+  resample = np.arange(num_resamples)[:, None, None]
+  return scores[pick_p[:, :, None], pick_s, resample].mean(axis=(1, 2))
+
+
 def percentile_interval(samples, confidence: float = 0.95) -> tuple[float, float]:
   """The central `confidence` percentile interval (low, high) of bootstrap samples."""
   if not 0.0 < confidence < 1.0:
