@@ -91,6 +91,11 @@ def test_smoke_preset_end_to_end_and_resume(tmp_path):
       'arms/converted/curve.json', 'glue/original_3/results.json')}
   uptrain.run(config, FIXTURE, data, str(work))  # Finished: only the report is rewritten.
   assert {p: os.path.getmtime(work / p) for p in before} == before
+  os.remove(work / 'report.md')
+  uptrain.run(config, FIXTURE, data, str(work), report_only=True)
+  assert (work / 'report.md').read_text().split('Wall time')[0] == text.split('Wall time')[0]
+  with pytest.raises(UserError, match='holds no uptraining run'):
+    uptrain.run(config, FIXTURE, data, str(tmp_path / 'empty'), report_only=True)
 
 
 def test_an_arm_calibrates_its_speed_inside_the_warmup(tmp_path):

@@ -124,6 +124,10 @@ def report(encoder: str, data: str, workdir: str, results: dict, wall_s: float) 
                                + [f'layer {i}' for i in range(layers)], rows),
            '', f'Wall time {reporting.duration(wall_s)} (this invocation). Fit errors per layer: '
            '`fits/<arm>.txt`; how the fits work: docs/checkpoints.md.', '']
+  if os.path.isfile(os.path.join(workdir, 'uptrain.md')):
+    lines += ['Training on after the conversion (`sharedbert uptrain`: the converted encoder, '
+              'the original and a fresh-attention control for the same training time): '
+              '[uptrain.md](uptrain.md).', '']
   if os.path.isfile(os.path.join(workdir, 'parity.md')):
     lines += ['GLUE fine-tuning of the original encoder by sharedbert against Hugging Face: '
               '[parity.md](parity.md) (tools/glue_parity.py).', '']

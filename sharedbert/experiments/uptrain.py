@@ -19,6 +19,7 @@ killed run resumes where it stopped; a finished one only rewrites the report):
      seeds (sharedbert.tasks.finetune), as soon as the checkpoint exists.
   4. W/summary.json (`uptrain.<arm>.<minutes>`, `uptrain.kept`), W/report.md and
      W/recovery.png. With --summary, `uptrain` is merged into that file as well.
+     --report_only does step 4 alone, from what the folder holds (also while a run goes on).
 Jobs (the arms' training, the fine-tuning runs) go `workers` at a time, each a process on a
 core of its own; training minutes exclude compilation, evaluation and checkpoint saves.
 """
@@ -59,6 +60,9 @@ def _define_flags():
   flags.DEFINE_string('workdir', None, 'Where everything is written.')
   flags.DEFINE_string('summary', '', "A summary.json to merge 'uptrain' into (e.g. "
                       'docs/uptrain_cpu/summary.json).')
+  flags.DEFINE_bool('report_only', False, 'Only rewrite the report, figure and summary '
+                    'from the result files (nothing is trained; a run in progress is left '
+                    'alone).')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 
 
@@ -436,6 +440,22 @@ def plot(config, results: dict, path: str) -> bool:
   return drawn
 
 
+def headline(config, results: dict) -> list[str]:
+  """One sentence per minute of `glue_at` that has the converted arm's fine-tuning: what it
+  keeps of the original's minute-0 score, beside the other arms."""
+  task = config.glue.task.upper()
+  lines = []
+  for m in config.glue_at:
+    kept = results.get('kept', {}).get(minute_key(m), {})
+    if 'converted' not in kept:
+      continue
+    parts = [f'`{arm}` {k["fraction"]:.3f} [{k["ci_low"]:.3f}, {k["ci_high"]:.3f}]'
+             for arm, k in kept.items()]
+    lines.append(f'- After {minute_key(m)} minutes: share of the original encoder\'s '
+                 f'{task} score kept: ' + ', '.join(parts) + '.')
+  return lines or ['No arm has been fine-tuned yet.']
+
+
 def report(config, encoder: str, data: str, results: dict, wall_s: float) -> str:
   task = config.glue.task
   lines = [f'# Uptraining `{paths.display(encoder)}` into shared attention', '',
@@ -467,6 +487,7 @@ def report(config, encoder: str, data: str, results: dict, wall_s: float) -> str
       row.append(cell)
     rows.append(row)
   lines += reporting.md_table(header, rows)
+  lines += ['', *headline(config, results)]
   lines += ['', '## Recovery curve', '',
             'At each point: the training minutes actually spent (the step was fixed from the '
             'arm\'s calibrated speed), held-out MLM loss on the eval split (never fitted on) '
@@ -499,16 +520,21 @@ def report(config, encoder: str, data: str, results: dict, wall_s: float) -> str
   return '\n'.join(lines)
 
 
-def run(config, encoder: str, data: str, workdir: str, summary_path: str = '') -> str:
+def run(config, encoder: str, data: str, workdir: str, summary_path: str = '', *,
+        report_only: bool = False) -> str:
   validate(config)
   for path, what in ((encoder, '--encoder'), (os.path.join(data, 'corpus'), '--data'),
                      (os.path.join(data, 'glue', 'STS-B'), '--data')):
     if not os.path.isdir(path):
       raise UserError(f'{what}: {path} is not a folder')
   t0 = time.time()
-  os.makedirs(workdir, exist_ok=True)
-  prepare(config, encoder, data, workdir)
-  run_jobs(config, data, workdir)
+  if report_only:
+    if not os.path.isdir(os.path.join(workdir, 'arms')):
+      raise UserError(f'--report_only: {workdir} holds no uptraining run')
+  else:
+    os.makedirs(workdir, exist_ok=True)
+    prepare(config, encoder, data, workdir)
+    run_jobs(config, data, workdir)
   results = analyse(config, workdir)
   for path in filter(None, [os.path.join(workdir, 'summary.json'), summary_path]):
     summary = jsonio.read_json(path) if os.path.isfile(path) else {}
@@ -526,7 +552,8 @@ def main(argv):
   with one_line_errors('sharedbert uptrain', FLAGS.verbose):
     if not (FLAGS.encoder and FLAGS.data and FLAGS.workdir):
       raise UserError('--encoder, --data and --workdir are required')
-    print(run(FLAGS.config, FLAGS.encoder, FLAGS.data, FLAGS.workdir, FLAGS.summary))
+    print(run(FLAGS.config, FLAGS.encoder, FLAGS.data, FLAGS.workdir, FLAGS.summary,
+              report_only=FLAGS.report_only))
 
 
 if __name__ == '__main__':
