@@ -40,6 +40,9 @@ def get_config(arg=None):
   config = ml_collections.ConfigDict()
   config.mode = 'uptrain'
   config.preset = preset
+  # First, every conversion fit scored without training (sharedbert conversion, into
+  # W/conversion; its summary's `conversion` is merged into W/summary.json).
+  config.conversion = True
   config.arms = ('converted', 'original', 'fresh')  # Started in this order.
   config.convert = ml_collections.ConfigDict()
   config.convert.attention = 'shared'   # The converted and the fresh arm's variant.

@@ -63,8 +63,12 @@ def test_smoke_preset_end_to_end_and_resume(tmp_path):
   work = tmp_path / 'w'
   config = _config(arms=('converted', 'original'), workers=1)
   uptrain.run(config, FIXTURE, data, str(work), str(tmp_path / 'docs_summary.json'))
-  summary = json.loads((work / 'summary.json').read_text())['uptrain']
+  whole = json.loads((work / 'summary.json').read_text())
+  summary = whole['uptrain']
   assert json.loads((tmp_path / 'docs_summary.json').read_text())['uptrain'] == summary
+  # Step 0, the conversion experiment, in its own folder and merged into the summary.
+  assert whole['conversion']['function_text']['stsb_pairs'] == 30
+  assert (work / 'conversion' / 'report.md').is_file()
   for arm in ('converted', 'original'):
     plan = summary[arm]['plan']
     assert plan['steps'] == {'0': 0, '1': 10, '3': 30} and plan['schedule_steps'] == 30

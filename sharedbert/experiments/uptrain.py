@@ -5,6 +5,7 @@ r"""Uptraining: how much of a real encoder shared attention keeps once training 
 
 configs/uptrain.py says what each key does. Steps, each skipped when its result exists (a
 killed run resumes where it stopped; a finished one only rewrites the report):
+  0. W/conversion: sharedbert conversion (every fit scored zero-shot; `config.conversion`).
   1. W/init/<arm>: the encoder imported (original), converted to shared attention by the
      function fit weighted by corpus text (converted), and with fresh attention (fresh).
   2. Per arm, W/arms/<arm>/train: masked-LM training on DATA/corpus from W/init/<arm>, in
@@ -533,12 +534,18 @@ def run(config, encoder: str, data: str, workdir: str, summary_path: str = '', *
       raise UserError(f'--report_only: {workdir} holds no uptraining run')
   else:
     os.makedirs(workdir, exist_ok=True)
+    if config.conversion:
+      from sharedbert.experiments import conversion
+      conversion.run(encoder, data, os.path.join(workdir, 'conversion'))
     prepare(config, encoder, data, workdir)
     run_jobs(config, data, workdir)
   results = analyse(config, workdir)
+  converted = os.path.join(workdir, 'conversion', 'summary.json')
   for path in filter(None, [os.path.join(workdir, 'summary.json'), summary_path]):
     summary = jsonio.read_json(path) if os.path.isfile(path) else {}
     summary['uptrain'] = results
+    if os.path.isfile(converted):
+      summary['conversion'] = jsonio.read_json(converted)['conversion']
     jsonio.write_json(path, summary)
   plot(config, results, os.path.join(workdir, 'recovery.png'))
   jsonio.write_text(os.path.join(workdir, 'report.md'),

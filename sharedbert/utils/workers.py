@@ -48,28 +48,8 @@ def run_all(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], tuple], 
   """Calls fn(*args_of(job)) for every job, `workers` at a time (1: in this process), and
   on_done(job, result) here as each finishes. A job that raises cancels the rest and
   raises RuntimeError naming it."""
-  jobs = list(jobs)
-  workers = max(1, min(int(workers), len(jobs)))
-  if workers == 1:
-    for job in jobs:
-      on_done(job, fn(*args_of(job)))
-    return
-  import jax
-  ctx = multiprocessing.get_context('spawn')
-  counter = ctx.Value('i', 0)
-  cache = jax.config.jax_compilation_cache_dir or ''
-  with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker,
-                                              initargs=(counter, cache, _verbosity())) as pool:
-    futures = {pool.submit(fn, *args_of(job)): job for job in jobs}
-    for future in concurrent.futures.as_completed(futures):
-      job = futures[future]
-      try:
-        result = future.result()
-      except Exception as e:
-        for f in futures:
-          f.cancel()
-        raise RuntimeError(f'{describe(job)} failed: {e}') from e
-      on_done(job, result)
+  run_when_ready(jobs, fn, args_of, workers=workers, on_done=on_done,
+                 ready=lambda _: True, describe=describe)
 
 
 def run_when_ready(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], tuple], *,
@@ -78,6 +58,8 @@ def run_when_ready(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], t
   """run_all for jobs that depend on others: a job starts, in list order, once
   `ready(job)` is true (asked again as each job finishes) and a worker is free."""
   pending = list(jobs)
+  if not pending:
+    return
 
   def next_ready():
     return next((j for j in pending if ready(j)), None)
