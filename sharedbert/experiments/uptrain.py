@@ -329,19 +329,29 @@ def run_jobs(config, data: str, workdir: str) -> None:
     return
   t0, count = time.time(), len(todo)
   logging.info('uptrain: %d jobs to do, %d at a time', count, config.workers)
+  started, took = {}, {'arm': [], 'glue': []}  # Start times; seconds per job, by kind.
 
   def args_of(job):
     logging.info('uptrain: start %s', describe(job))
+    started[job] = time.time()
     if job[0] == 'arm':
       return (uptrain_arm, config, data, workdir, job[1])
     return (finetune_snapshot, config, data, workdir, job[1], job[2])
 
   def finished(job, _):
     done.add(job)
-    left = sum(1 for j in todo if j not in done)
+    took[job[0]].append(time.time() - started.pop(job, t0))
+    left = [j for j in todo if j not in done]
     elapsed = time.time() - t0
-    logging.info('uptrain: %s done (%d/%d) after %s', describe(job), count - left, count,
-                 reporting.duration(elapsed))
+    # ETA: the jobs left at the mean time of their kind so far (an arm: its training
+    # minutes and a quarter more for evaluations, until one has finished), `workers` at once.
+    mean = {k: (np.mean(v) if v else (60 * 1.25 * config.minutes if k == 'arm' else None))
+            for k, v in took.items()}
+    known = [mean[j[0]] for j in left if mean[j[0]] is not None]
+    eta = (f'; about {reporting.duration(sum(known) / config.workers)} left'
+           if known and len(known) == len(left) else '')
+    logging.info('uptrain: %s done (%d/%d) after %s%s', describe(job), count - len(left), count,
+                 reporting.duration(elapsed), eta)
 
   workers_lib.run_when_ready(todo, _call, args_of, workers=int(config.workers),
                              on_done=finished, ready=lambda j: job_ready(workdir, j, done),
