@@ -246,9 +246,12 @@ def test_convert_workdir(standard_workdir, tmp_path, attention, kw):
   source, cfg, params = standard_workdir
   target = tmp_path / attention
   report = convert_shared.convert_workdir(str(source), str(target), attention, **kw)
-  lines = report.splitlines()
+  lines = [l for l in report.splitlines() if not l.startswith('Note:')]
   assert 'Relative reconstruction error' in lines[1]
   assert [line.split()[0] for line in lines[-3:]] == ['0', '1', '2']
+  # The unweighted function fit of shared says what the weighting is worth.
+  assert report.splitlines()[-1].startswith('Note:') == (
+      attention == 'shared' and not kw.get('fit_text') and kw.get('fit', 'function') == 'function')
   new_cfg, new_params, meta, step = convert_hf.read_params(str(target))
   assert new_cfg.attention == attention and step == 0 and meta['data_position'] == 0
   assert json.loads((target / 'config.json').read_text())['model']['attention'] == attention

@@ -179,7 +179,7 @@ def _configs():
   from sharedbert import config as sb_config
   from sharedbert.models import params as params_lib
   out = [sb_config.pretrain_config('shared', 'tiny')]
-  for name in ('glue', 'study', 'probe'):
+  for name in ('glue', 'study', 'probe', 'uptrain'):
     out.append(params_lib.load_config_file(str(REPO / 'configs' / f'{name}.py'), None))
   return out
 
