@@ -85,6 +85,7 @@ def test_smoke_preset_end_to_end_and_resume(tmp_path):
     kept = work / 'arms' / arm / 'at_3' / 'checkpoints'
     assert sorted(os.listdir(kept)) == ['30']
   assert summary['kept']['0']['original'] == {'fraction': 1.0, 'ci_low': 1.0, 'ci_high': 1.0}
+  assert 0 < summary['majority']['mrpc'] < 100
   assert set(summary['kept']['3']) == {'converted', 'original'}
   # The converted arm starts from the fit (shared attention), weighted by corpus text.
   assert convert_hf.read_params(str(work / 'init' / 'converted'))[0].attention == 'shared'

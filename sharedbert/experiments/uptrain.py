@@ -388,6 +388,8 @@ def analyse(config, workdir: str) -> dict:
       if not os.path.isfile(results):
         continue
       scores = glue_scores(config, glue_dir(workdir, arm, minutes))
+      dev = next(iter(jsonio.read_json(results)['tasks'][spec.name]['dev'].values()))
+      out['majority'] = {spec.name: 100 * dev['majority_baseline']}
       per_seed = [100 * s['score'] for s in scores['seeds']]
       dtype = np.float32 if spec.is_regression else np.int64
       labels = np.asarray(scores['seeds'][0]['labels'], dtype)
@@ -498,6 +500,10 @@ def report(config, encoder: str, data: str, results: dict, wall_s: float) -> str
       row.append(cell)
     rows.append(row)
   lines += reporting.md_table(header, rows)
+  majority = results.get('majority', {}).get(task)
+  if majority is not None:
+    lines += ['', f'Always predicting the majority training label scores {majority:.2f}: a '
+              'score near it means fine-tuning learned little beyond the label prior.']
   lines += ['', *headline(config, results)]
   lines += ['', '## Recovery curve', '',
             'At each point: the training minutes actually spent (the step was fixed from the '
