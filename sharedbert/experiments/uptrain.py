@@ -217,10 +217,14 @@ def uptrain_arm(config, data: str, workdir: str, arm: str) -> dict:
     step = plan['steps'][key]
     point = {'step': step}
     if step > 0:
-      last = train_lib.train_and_evaluate(pretrain_config(
+      train_lib.train_and_evaluate(pretrain_config(
           config, data, workdir, arm, stop=step, schedule=plan['schedule_steps']), run)
-      point.update(eval_loss=last.get('eval_loss'), eval_mlm_accuracy=last.get(
-          'eval_mlm_accuracy'), eval_masked_tokens=last.get('eval_masked_tokens'))
+      # From metrics.jsonl, not the return value: a rerun killed after this chunk's save
+      # finds nothing to train and evaluates nothing, but the chunk's evaluation is there.
+      held_out = [l for l in jsonio.read_jsonl(os.path.join(run, 'metrics.jsonl'))
+                  if l.get('step') == step and 'eval_loss' in l][-1]
+      point.update({k: held_out.get(k) for k in ('eval_loss', 'eval_mlm_accuracy',
+                                                 'eval_masked_tokens')})
     point['train_minutes'] = train_seconds(run, step) / 60 if step else 0.0
     cfg, params, tok = sts.load_encoder(run if step else init_dir(workdir, arm))
     point['stsb_spearman'] = sts.zero_shot_spearman(cfg, params, tok, pairs,
