@@ -93,7 +93,7 @@ def test_smoke_preset_end_to_end_and_resume(tmp_path):
   text = (work / 'report.md').read_text()
   assert '| `converted` |' in text and 'keeps' in text and os.path.isfile(work / 'recovery.png')
   before = {p: os.path.getmtime(work / p) for p in (
-      'arms/converted/curve.json', 'glue/original_3/results.json')}
+      'arms/converted/curve.json', 'glue/mrpc/original_3/results.json')}
   uptrain.run(config, FIXTURE, data, str(work))  # Finished: only the report is rewritten.
   assert {p: os.path.getmtime(work / p) for p in before} == before
   os.remove(work / 'report.md')

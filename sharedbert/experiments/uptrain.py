@@ -16,7 +16,7 @@ killed run resumes where it stopped; a finished one only rewrites the report):
      pipeline's eval split, which the fit never saw) and zero-shot STS-B dev Spearman
      (W/arms/<arm>/curve.json); at the `glue_at` minutes the checkpoint is kept in
      W/arms/<arm>/at_<minutes> (minute 0 is W/init/<arm> itself).
-  3. Per kept checkpoint, W/glue/<arm>_<minutes>: `glue.task` fine-tuned with `glue.seeds`
+  3. Per kept checkpoint, W/glue/<task>/<arm>_<minutes>: `glue.task` fine-tuned with `glue.seeds`
      seeds (sharedbert.tasks.finetune), as soon as the checkpoint exists.
   4. W/summary.json (`uptrain.<arm>.<minutes>`, `uptrain.kept`), W/report.md and
      W/recovery.png. With --summary, `uptrain` is merged into that file as well.
@@ -108,8 +108,9 @@ def snapshot_dir(workdir: str, arm: str, minutes) -> str:
   return os.path.join(arm_dir(workdir, arm), f'at_{minute_key(minutes)}')
 
 
-def glue_dir(workdir: str, arm: str, minutes) -> str:
-  return os.path.join(workdir, 'glue', f'{arm}_{minute_key(minutes)}')
+def glue_dir(config, workdir: str, arm: str, minutes) -> str:
+  # By task first: a rerun with another `glue.task` keeps the earlier task's results.
+  return os.path.join(workdir, 'glue', config.glue.task, f'{arm}_{minute_key(minutes)}')
 
 
 def prepare(config, encoder: str, data: str, workdir: str) -> None:
@@ -273,7 +274,7 @@ def glue_config(config, data: str, init_from: str):
 def finetune_snapshot(config, data: str, workdir: str, arm: str, minutes) -> dict:
   """Step 3 for one kept checkpoint (resumes per seed, as sharedbert.main does)."""
   from sharedbert.tasks import finetune
-  out = glue_dir(workdir, arm, minutes)
+  out = glue_dir(config, workdir, arm, minutes)
   finetune.finetune_and_evaluate(glue_config(config, data, snapshot_dir(workdir, arm, minutes)),
                                  out)
   return glue_scores(config, out)
@@ -311,7 +312,7 @@ def job_done(config, workdir: str, job) -> bool:
     path = os.path.join(arm_dir(workdir, job[1]), 'curve.json')
     return os.path.isfile(path) and all(
         minute_key(m) in jsonio.read_json(path) for m in config.curve)
-  return os.path.isfile(os.path.join(glue_dir(workdir, job[1], job[2]), 'results.json'))
+  return os.path.isfile(os.path.join(glue_dir(config, workdir, job[1], job[2]), 'results.json'))
 
 
 def job_ready(workdir: str, job, done: set) -> bool:
@@ -388,10 +389,10 @@ def analyse(config, workdir: str) -> dict:
       out[arm]['plan'] = jsonio.read_json(plan_path)
     for minutes in config.glue_at:
       key = minute_key(minutes)
-      results = os.path.join(glue_dir(workdir, arm, minutes), 'results.json')
+      results = os.path.join(glue_dir(config, workdir, arm, minutes), 'results.json')
       if not os.path.isfile(results):
         continue
-      scores = glue_scores(config, glue_dir(workdir, arm, minutes))
+      scores = glue_scores(config, glue_dir(config, workdir, arm, minutes))
       dev = next(iter(jsonio.read_json(results)['tasks'][spec.name]['dev'].values()))
       out['majority'] = {spec.name: 100 * dev['majority_baseline']}
       per_seed = [100 * s['score'] for s in scores['seeds']]
