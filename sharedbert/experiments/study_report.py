@@ -141,8 +141,12 @@ def _glue_section(a: Analysis) -> list[str]:
               + ('; WNLI is left out, as GLUE\'s average leaves it out (its dev set is '
                  'adversarial: most systems score at or below the majority)'
                  if 'wnli' in cols else '') + '.']
-  seeds_seen = sorted({len(rs) for v in rows for rs in runs[v].values()})
-  lines += ['', f'Fine-tuned models per cell: {", ".join(map(str, seeds_seen)) or "none"}.', '']
+  by_count = {}  # Models per cell -> the rows that have it.
+  for v in rows:
+    for count in sorted({len(rs) for rs in runs[v].values()}):
+      by_count.setdefault(count, []).append(v)
+  per_cell = '; '.join(f'{n} ({", ".join(vs)})' for n, vs in sorted(by_count.items()))
+  lines += ['', f'Fine-tuned models per cell: {per_cell or "none"}.', '']
   return lines
 
 
@@ -365,7 +369,9 @@ def build_report(config, workdir: str, variants) -> tuple[str, dict]:
   lines += study_pretrain_report.sections(arms, workdir)
   linear = study_linear.analyse(config, workdir, variants, a.tasks)
   lines += study_linear.section(linear)
-  lines += ['## GLUE (fine-tuning the reference runs)', '']
+  lines += [('## GLUE (fine-tuning every phase-B pretraining seed)'
+             if int(config.glue.get('pretrain_seeds', 0)) else
+             '## GLUE (fine-tuning the reference runs)'), '']
   lines += headline(a.verdicts, a.gains, a.base, a.baselines, a.margin, a.avg_tasks)
   lines += _glue_informative(a)
   lines += _header(config, workdir, variants, a.baselines, a.tasks, a.skipped, a.skipped_pairs)
