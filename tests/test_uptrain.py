@@ -98,7 +98,9 @@ def test_smoke_preset_end_to_end_and_resume(tmp_path):
   assert {p: os.path.getmtime(work / p) for p in before} == before
   os.remove(work / 'report.md')
   uptrain.run(config, FIXTURE, data, str(work), report_only=True)
-  assert (work / 'report.md').read_text().split('Wall time')[0] == text.split('Wall time')[0]
+  rewritten = (work / 'report.md').read_text()
+  assert rewritten.split('![recovery]')[0] == text.split('![recovery]')[0]
+  assert 'Wall time of this invocation' in text and '(--report_only)' in rewritten
   with pytest.raises(UserError, match='holds no uptraining run'):
     uptrain.run(config, FIXTURE, data, str(tmp_path / 'empty'), report_only=True)
 

@@ -37,6 +37,7 @@ from absl import logging
 import numpy as np
 
 from sharedbert.errors import UserError, one_line_errors
+from sharedbert.experiments.study_stats import task_title
 from sharedbert.utils import jsonio
 from sharedbert.utils import paths
 from sharedbert.utils import reporting
@@ -461,7 +462,7 @@ def plot(config, results: dict, path: str) -> bool:
 def headline(config, results: dict) -> list[str]:
   """One sentence per minute of `glue_at` that has the converted arm's fine-tuning: what it
   keeps of the original's minute-0 score, beside the other arms."""
-  task = config.glue.task.upper()
+  task = task_title(config.glue.task)
   lines = []
   for m in config.glue_at:
     kept = results.get('kept', {}).get(minute_key(m), {})
@@ -474,7 +475,8 @@ def headline(config, results: dict) -> list[str]:
   return lines or ['No arm has been fine-tuned yet.']
 
 
-def report(config, encoder: str, data: str, results: dict, wall_s: float) -> str:
+def report(config, encoder: str, data: str, results: dict, wall_s: float | None) -> str:
+  """report.md's text; `wall_s` None: a --report_only rewrite."""
   task = config.glue.task
   lines = [f'# Uptraining `{paths.display(encoder)}` into shared attention', '',
            'Each arm continues masked-LM training on '
@@ -484,8 +486,8 @@ def report(config, encoder: str, data: str, results: dict, wall_s: float) -> str
            f'{config.pretrain.batch_size} x {config.pretrain.seq_len} tokens, lr '
            f'{config.pretrain.lr:g}):', '']
   lines += [f'- `{arm}`: {ARMS[arm]}' for arm in config.arms]
-  lines += ['', f'## How much of the original\'s {task.upper()} score each arm keeps', '',
-            f'{task.upper()} dev score (points) fine-tuned from each arm\'s checkpoint, mean ± '
+  lines += ['', f'## How much of the original\'s {task_title(task)} score each arm keeps', '',
+            f'{task_title(task)} dev score (points) fine-tuned from each arm\'s checkpoint, mean ± '
             f'std over {config.glue.seeds} fine-tuning seeds, [{config.confidence:.0%} '
             'interval of the seed mean over dev examples], and the fraction of the original '
             'encoder\'s score (minute 0) it keeps, with the interval of the paired ratio.', '']
@@ -537,8 +539,10 @@ def report(config, encoder: str, data: str, results: dict, wall_s: float) -> str
                                            for a in config.arms if a in results)
                  else 'fixed by the config') + '): ' + ', '.join(speeds) + '.']
   lines += ['', '![recovery](recovery.png)', '',
-            f'Wall time of this invocation {reporting.duration(wall_s)}; load average at the '
-            f'end {os.getloadavg()[0]:.2f}.', '']
+            ('Rewritten from the run\'s files (--report_only), which hold no wall time of '
+             'the run' if wall_s is None else
+             f'Wall time of this invocation {reporting.duration(wall_s)}')
+            + f'; load average at the end {os.getloadavg()[0]:.2f}.', '']
   return '\n'.join(lines)
 
 
@@ -570,7 +574,8 @@ def run(config, encoder: str, data: str, workdir: str, summary_path: str = '', *
     jsonio.write_json(path, summary)
   plot(config, results, os.path.join(workdir, 'recovery.png'))
   jsonio.write_text(os.path.join(workdir, 'report.md'),
-                    report(config, encoder, data, results, time.time() - t0))
+                    report(config, encoder, data, results,
+                           None if report_only else time.time() - t0))
   return os.path.join(workdir, 'report.md')
 
 
