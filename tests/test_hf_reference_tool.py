@@ -73,23 +73,3 @@ def test_the_reference_scores_like_sharedbert(task):
   assert set(ours) == set(theirs)
   for name in ours:
     assert theirs[name] == pytest.approx(ours[name], abs=1e-9), name
-
-
-def test_parity_skips_the_reference_only_for_the_same_seeds_and_recipe(tmp_path):
-  spec = importlib.util.spec_from_file_location(
-      'glue_parity', os.path.join(REPO, 'tools', 'glue_parity.py'))
-  parity = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(parity)
-  import argparse
-  import json
-  args = argparse.Namespace(seq_len=64, max_train_examples=1000, epochs=3, batch_size=32,
-                            lr=1e-4)
-  out = tmp_path / 'sst2.json'
-  assert not parity._hf_done(str(out), '0,1,2', args)
-  out.write_text(json.dumps({'settings': {'seeds': '0,1,2', 'seq_len': 64,
-                                          'max_train_examples': 1000, 'epochs': 3,
-                                          'batch_size': 32, 'lr': 1e-4}}))
-  assert parity._hf_done(str(out), '0,1,2', args)
-  assert not parity._hf_done(str(out), '0,1,2,3,4', args)  # More seeds: rerun.
-  args.epochs = 5
-  assert not parity._hf_done(str(out), '0,1,2', args)  # Another recipe: rerun.

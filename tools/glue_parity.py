@@ -4,13 +4,14 @@ transformers reference (tools/hf_glue_reference.py), same data, recipe and seeds
   python tools/glue_parity.py --encoder=DATA/pretrained/all-MiniLM-L6-v2 \
       --glue_dir=DATA/glue --workdir=W --hf_python=/path/to/venv-with-torch/bin/python \
       [--tasks=mrpc,stsb,cola,sst2 --seeds=3 --seq_len=64 --max_train_examples=1000 \
-       --epochs=3 --batch_size=32 --lr=1e-4 --workers=2] [--summary=docs/uptrain_cpu/summary.json]
+       --epochs=3 --batch_size=32 --lr=1e-4 --workers=2] \
+      [--summary=docs/uptrain_cpu/summary.json]
 
 Steps: `sharedbert convert_hf import` of the encoder into W/encoder; per task,
 `sharedbert.main --config=configs/glue.py` into W/sharedbert/<task> and the reference into
 W/hf/<task>.json, `--workers` (2) jobs at a time, each on a core of its own; then
-W/parity.json and W/parity.md. A rerun resumes: sharedbert's side per seed, and the
-reference is skipped where W/hf/<task>.json already holds the same seeds and recipe. `--summary` merges the result into a report's summary.json as `parity`.
+W/parity.json and W/parity.md. `--summary` merges the result into a report's summary.json
+as `parity`.
 Both sides resume: a rerun of the same command trains only what is missing. The agreement
 rule (issue 34): |sharedbert mean - reference mean| <= max(1.0 point, the larger std).
 """
@@ -74,18 +75,6 @@ def sharedbert_scores(path: str, task: str) -> list[float]:
           for r in results['tasks'][task]['per_seed']]
 
 
-def _hf_done(path: str, seeds: str, args) -> bool:
-  """Whether the reference already ran these seeds with this recipe (a rerun skips it;
-  sharedbert's side resumes per seed by itself)."""
-  if not os.path.isfile(path):
-    return False
-  settings = json.load(open(path)).get('settings', {})
-  wanted = {'seeds': seeds, 'seq_len': args.seq_len,
-            'max_train_examples': args.max_train_examples, 'epochs': args.epochs,
-            'batch_size': args.batch_size, 'lr': args.lr}
-  return all(settings.get(k) == v for k, v in wanted.items())
-
-
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--encoder', required=True, help='a Hugging Face BERT folder')
@@ -126,14 +115,10 @@ def main():
         f'--config.optim.lr={args.lr}', '--config.eval.predict_test=False',
         '--config.ckpt.max_to_keep=0',
         f'--workdir={os.path.join(w, "sharedbert", task)}']))
-    hf_out = os.path.join(w, 'hf', task + '.json')
-    if _hf_done(hf_out, seeds, args):
-      print(f'parity: hf_{task} already done ({hf_out})', flush=True)
-      continue
     jobs.append((f'hf_{task}', [
         args.hf_python, os.path.join(HERE, 'hf_glue_reference.py'),
         f'--model_dir={args.encoder}', f'--glue_dir={args.glue_dir}', f'--task={task}',
-        f'--seeds={seeds}', f'--out={hf_out}',
+        f'--seeds={seeds}', f'--out={os.path.join(w, "hf", task + ".json")}',
         f'--seq_len={args.seq_len}', f'--max_train_examples={args.max_train_examples}',
         f'--epochs={args.epochs}', f'--batch_size={args.batch_size}', f'--lr={args.lr}']))
   run_jobs(jobs, logs, args.workers)
