@@ -20,6 +20,10 @@ the report shows what pretraining buys. The report's verdict calls each variant 
 worse, equivalent within +-`equivalence_margin` points (a two one-sided test) or
 undecided against `standard`.
 
+Presets cpu_long and gpu_long are the long study (pretraining only; long_config below,
+sharedbert/experiments/study_long.py): a horizon axis, a factorial over the QKV-sharing
+schemes and equal-FLOPs runs, rates chosen on a seed of their own.
+
 Presets (the word after the colon; `data=DIR` points at a folder with corpus/ (text files)
 and glue/ (glue_data task folders); cpu needs it, gpu needs it or corpus=...):
   cpu  `standard`, `shared`, `symmetric`: the `tiny` model (L=2, D=128, vocabulary 2048)
@@ -51,12 +55,18 @@ CROSSDOMAIN_ALL = ('sst2->imdb', 'mrpc->qqp', 'qqp->mrpc', 'mnli->rte', 'mrpc->s
                    'stsb->mrpc')
 
 
+LONG_PRESETS = ('cpu_long', 'gpu_long')
+
+
 def get_config(arg=None):
   # data=DIR: the folder with corpus/ and glue/ (no default: the study says what is missing).
   args = sb_config.parse_arg(arg, {'preset': 'cpu', 'data': '', 'corpus': ''})
   preset = args['preset']
-  if preset not in ('cpu', 'gpu', 'pod'):
-    raise UserError(f'unknown study preset {preset!r}; choose cpu, gpu or pod')
+  if preset not in ('cpu', 'gpu', 'pod') + LONG_PRESETS:
+    raise UserError(f'unknown study preset {preset!r}; choose cpu, gpu, pod, '
+                    f'{", ".join(LONG_PRESETS)}')
+  if preset in LONG_PRESETS:
+    return long_config(preset, args)
 
   config = ml_collections.ConfigDict()
   config.mode = 'study'
@@ -248,4 +258,82 @@ def get_config(arg=None):
     config.squad.versions = ('1.1', '2.0')
     config.squad.num_epochs = 2
     config.squad.lr = 3e-5
+  return config
+
+
+def long_config(preset: str, args: dict) -> ml_collections.ConfigDict:
+  """The long study (sharedbert/experiments/study_long.py): pretraining only, a horizon
+  axis, a factorial over the QKV-sharing schemes, equal-FLOPs runs, selection on a seed of
+  its own. Every run has its own full schedule."""
+  config = ml_collections.ConfigDict()
+  config.mode = 'study'
+  config.design = 'long'
+  config.preset = preset
+  data = args['data'].rstrip('/')
+  config.data_dir = data
+  config.pretrain = ml_collections.ConfigDict()
+  config.pretrain.arg = 'size=tiny,recipe=budget'
+  config.pretrain.margin_nats = 0.05  # "equivalent": inside +-this (TOST); the report says
+                                      # the smallest margin the seeds' spread could pass.
+  config.pretrain.alpha = 0.05        # Each test's level, Holm-adjusted over the factorial.
+  config.pretrain.workers = 2         # Runs at a time, each pinned to one core.
+  p = config.pretrain.override = ml_collections.ConfigDict()
+  p.data = ml_collections.ConfigDict()
+  p.optim = ml_collections.ConfigDict()
+  p.ckpt = ml_collections.ConfigDict()
+  p.data.corpus = args['corpus'] or (f'{data}/corpus' if data else '')
+  p.eval_batches = 0                  # The whole held-out split at every evaluation.
+  p.ckpt.max_to_keep = 1
+
+  L = config.long = ml_collections.ConfigDict()
+  L.horizon_variants = ('standard', 'shared')
+  L.factorial_variants = ('standard', 'symmetric', 'pairwise', 'kv_shared', 'single', 'shared')
+  L.equal_flops_variants = ('shared',)  # standard at each one's training FLOPs.
+  L.init_variant = 'shared'
+  L.selection_seed = 100              # Chooses rates and inits; never a verdict seed.
+  L.evals_per_run = 10                # Held-out evaluations along each run.
+  L.checkpoint_every_steps = 500
+  if preset == 'cpu_long':
+    # ---- Sizing: every key that sets what the cpu_long study costs, in this one block. ----
+    # The cpu study's recipe (tiny model, L=2, D=128, budget recipe, rows of 32 tokens,
+    # batch 64: 2,048 tokens a step), at 1,000 / 3,000 / 8,000 steps (2M / 6M / 16M
+    # tokens). About 0.15 s a step on one core with the other busy: the plan is about
+    # 220k steps (sweeps at every (variant, steps): 3 rates, shared's 2 inits jointly up to
+    # 3,000 steps; verdict seeds 3, 2 at 8,000; standard at shared's FLOPs), about 9
+    # core-hours, under 6 hours with two runs at a time on 2 idle cores.
+    L.horizons = (1000, 3000, 8000)
+    L.factorial_steps = 3000
+    L.seeds = 3                       # Verdict seeds 0..seeds-1.
+    L.longest_seeds = 2               # At the longest horizon.
+    L.lrs = (1e-3, 2e-3, 4e-3)        # Swept at every (variant, steps) on the selection seed.
+    L.max_widen = 2                   # Rates added past an edge (x2 or /2) when the best is there.
+    L.inits = ('signs', 'normal')     # shared's inits, swept jointly with its rates.
+    L.init_sweep_max_steps = 3000     # Longer: the init chosen at the longest sweep below.
+    p.data.batch_size = 64
+    p.optim.warmup_steps = 50
+    p.log_every_steps = 100
+    # ---- End of sizing. ----
+    p.data.vocab_train_sentences = 50_000
+  else:  # gpu_long: BERT-small on one GPU, no sweep (rates fixed), for a 10-minute check.
+    # L=4, D=256, 4 heads, vocabulary 8,192, rows of 128 tokens, batch 128 (16k tokens a
+    # step), 2 seeds of standard and shared at 1,000 / 2,000 / 4,000 steps: 28k steps.
+    config.pretrain.arg = 'size=small,recipe=budget'
+    config.pretrain.workers = 1
+    L.factorial_variants = ('standard', 'shared')
+    L.equal_flops_variants = ()
+    L.horizons = (1000, 2000, 4000)
+    L.factorial_steps = 2000
+    L.seeds = 2
+    L.longest_seeds = 2
+    L.lrs = (1e-3,)                   # One rate: nothing is selected (the report says so).
+    L.max_widen = 0
+    L.inits = ('signs',)
+    L.init_sweep_max_steps = 4000
+    L.checkpoint_every_steps = 1000
+    p.data.seq_len = 128
+    p.data.batch_size = 128
+    p.optim.warmup_steps = 100
+    p.log_every_steps = 200
+    p.model = ml_collections.ConfigDict()
+    p.model.dtype = 'bfloat16'
   return config

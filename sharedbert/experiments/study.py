@@ -350,6 +350,8 @@ def run_study(config, workdir: str, *, report_only: bool = False) -> str:
   workdir = os.fspath(workdir)
   if '://' not in workdir:
     workdir = os.path.abspath(workdir)
+  if config.get('design') == 'long':
+    return run_long_study(config, workdir, report_only=report_only)
   variants = variants_of(config)
   if not report_only:
     preflight(config, workdir, variants)
@@ -366,6 +368,63 @@ def run_study(config, workdir: str, *, report_only: bool = False) -> str:
     run_squad(config, workdir, variants)
     logging.info('study: all runs done (%.0fs)', time.time() - t0)
   path = study_report.write_report(config, workdir, variants)
+  logging.info('study: wrote %s', path)
+  return path
+
+
+def long_preflight(config, workdir: str) -> None:
+  """The long study's checks before it writes anything: every run config the plan can ask
+  for, the selection seed apart from the verdict seeds, the workdir and the corpus."""
+  from sharedbert import train as train_lib
+  from sharedbert.config import checks as config_checks
+  from sharedbert.config import validation
+  from sharedbert.data import sources
+  from sharedbert.experiments import study_long
+  L = config.long
+  if not pretrain_config(config, study_long.BASE).data.corpus:
+    raise UserError(f'the {config.preset} study has no data: give it the folder holding '
+                    f'corpus/, --config=configs/study.py:{config.preset},data=DIR (or '
+                    'corpus=PATH)')
+  known = study_long.attention_variants()
+  for key in ('horizon_variants', 'factorial_variants', 'equal_flops_variants'):
+    unknown = [v for v in L[key] if v not in known]
+    if unknown:
+      raise UserError(f'long.{key} lists {unknown}, not variants; known: {", ".join(known)}')
+  for key in ('horizon_variants', 'factorial_variants'):
+    if study_long.BASE not in L[key]:
+      raise UserError(f'long.{key} must include {study_long.BASE!r}: every verdict is '
+                      'against it')
+  if int(L.factorial_steps) <= 0 or not L.horizons or min(L.horizons) <= 0:
+    raise UserError('long.horizons and long.factorial_steps must be positive step counts')
+  if int(L.selection_seed) < max(int(L.seeds), int(L.longest_seeds)):
+    raise UserError(f'long.selection_seed={L.selection_seed} is a verdict seed (they are '
+                    f'0..{max(int(L.seeds), int(L.longest_seeds)) - 1}); choose a larger one')
+  if min(int(L.seeds), int(L.longest_seeds)) < 2:
+    raise UserError('long.seeds and long.longest_seeds must be at least 2 (a paired '
+                    'interval needs two seeds)')
+  if not L.lrs or min(L.lrs) <= 0:
+    raise UserError('long.lrs must list positive learning rates')
+  for run in study_long.every_run(config):
+    config_checks.pretrain(study_long.run_config(config, run))
+  validation.workdir(workdir)
+  try:
+    train_lib.preflight(pretrain_config(config, study_long.BASE))
+  except sources.CorpusError as e:
+    raise UserError(str(e).replace(sources.CORPUS_KEY, STUDY_CORPUS_KEY)) from e
+
+
+def run_long_study(config, workdir: str, *, report_only: bool = False) -> str:
+  """The long study (configs/study.py:cpu_long): runs or resumes its plan, then writes
+  W/report.md and W/summary.json; returns the report's path."""
+  from sharedbert.experiments import study_long
+  from sharedbert.experiments import study_long_report
+  if not report_only:
+    long_preflight(config, workdir)
+    write_study_config(config, workdir)
+    t0 = time.time()
+    study_long.run_all(config, workdir)
+    logging.info('study: pretraining done (%.0fs)', time.time() - t0)
+  path = study_long_report.write_report(config, workdir)
   logging.info('study: wrote %s', path)
   return path
 

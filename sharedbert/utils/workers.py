@@ -58,19 +58,30 @@ def run_when_ready(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], t
   """run_all for jobs that depend on others: a job starts, in list order, once
   `ready(job)` is true (asked again as each job finishes) and a worker is free."""
   pending = list(jobs)
-  if not pending:
-    return
+  run_growing(lambda: [j for j in pending if ready(j)], fn, args_of, workers=workers,
+              on_done=on_done, on_start=pending.remove, describe=describe)
+  if pending:
+    raise RuntimeError(f'no job can start: {", ".join(describe(j) for j in pending)} '
+                       'wait for jobs that are not in the list')
 
-  def next_ready():
-    return next((j for j in pending if ready(j)), None)
 
-  if max(1, int(workers)) == 1 or len(pending) == 1:
-    while pending:
-      job = next_ready()
-      if job is None:
-        raise RuntimeError(f'no job can start: {", ".join(describe(j) for j in pending)} '
-                           'wait for jobs that are not in the list')
-      pending.remove(job)
+def run_growing(next_jobs: Callable[[], list], fn: Callable, args_of: Callable[[Any], tuple],
+                *, workers: int, on_done: Callable[[Any, Any], None],
+                on_start: Callable[[Any], None] = lambda job: None,
+                describe: Callable[[Any], str] = str) -> None:
+  """Runs the jobs of a plan that grows as results come in: whenever a worker is free,
+  next_jobs() lists the jobs that may start now, in priority order (finished ones left out
+  by the caller; running ones are skipped here). Returns when nothing runs and next_jobs()
+  offers nothing new. on_start(job) and on_done(job, result) are called here. A job that
+  raises cancels the rest and raises RuntimeError naming it."""
+  running_jobs = []
+
+  def pick():
+    return next((j for j in next_jobs() if j not in running_jobs), None)
+
+  if max(1, int(workers)) == 1:
+    while (job := pick()) is not None:
+      on_start(job)
       on_done(job, fn(*args_of(job)))
     return
   import jax
@@ -81,19 +92,17 @@ def run_when_ready(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], t
                                               initializer=init_worker,
                                               initargs=(counter, cache, _verbosity())) as pool:
     running = {}
-    while pending or running:
-      while len(running) < int(workers):
-        job = next_ready()
-        if job is None:
-          break
-        pending.remove(job)
+    while True:
+      while len(running) < int(workers) and (job := pick()) is not None:
+        on_start(job)
+        running_jobs.append(job)
         running[pool.submit(fn, *args_of(job))] = job
       if not running:
-        raise RuntimeError(f'no job can start: {", ".join(describe(j) for j in pending)} '
-                           'wait for jobs that are not in the list')
+        return
       finished, _ = concurrent.futures.wait(running, return_when='FIRST_COMPLETED')
       for future in finished:
         job = running.pop(future)
+        running_jobs.remove(job)
         try:
           result = future.result()
         except Exception as e:

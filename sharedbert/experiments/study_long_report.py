@@ -1,0 +1,224 @@
+"""The long study's report: W/report.md, W/summary.json, W/horizon.png, W/curves.png, written
+from the result files alone (sharedbert.experiments.study_long.analyse).
+
+It leads with the horizon figure and the factorial table; then equal FLOPs, what the
+design can call equivalent, the selection sweeps and every verdict run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from sharedbert.experiments import study_long
+from sharedbert.utils import jsonio
+
+SUMMARY_FILE = 'summary.json'
+REPORT_FILE = 'report.md'
+HORIZON_PNG = 'horizon.png'
+CURVES_PNG = 'curves.png'
+
+
+def _num(x, digits: int = 3, sign: bool = False) -> str:
+  if x is None or (isinstance(x, float) and math.isnan(x)):
+    return 'n/a'
+  return f'{x:+.{digits}f}' if sign else f'{x:.{digits}f}'
+
+
+def _interval(d: dict) -> str:
+  return (f'{_num(d.get("delta_nats"), sign=True)} [{_num(d.get("ci_low"), sign=True)}, '
+          f'{_num(d.get("ci_high"), sign=True)}]')
+
+
+def horizon_sentence(summary: dict) -> str:
+  """Whether shared's gap to standard shrinks, holds or grows with the tokens seen."""
+  h = summary['horizon']
+  gaps, fit = h.get('gap', {}), h.get('trend')
+  if not gaps:
+    return 'No horizon has both variants finished yet.'
+  parts = ', '.join(f'{_tokens(g["tokens"])} tokens {_interval(g)}' for _, g in
+                    sorted(gaps.items(), key=lambda kv: int(kv[0])))
+  text = f'`shared` minus `standard`, held-out MLM loss in nats: {parts}.'
+  if fit is None:
+    return text + ' Too few horizons for a trend.'
+  slope = (f'{_num(fit["slope_per_doubling"], sign=True)} nats per doubling of the tokens '
+           f'[{_num(fit["ci_low"], sign=True)}, {_num(fit["ci_high"], sign=True)}], '
+           f'{fit["points"]} per-seed points')
+  if fit['direction'] == 'undecided':
+    return (text + f' A line through the per-seed gaps against log2(tokens) has slope {slope}: '
+            'the data cannot tell whether the gap shrinks or grows over this range (the '
+            'interval holds 0).')
+  return text + f' The gap **{fit["direction"]}** with training: slope {slope}.'
+
+
+def factorial_sentence(summary: dict) -> str:
+  """Which effect carries shared's gap at the factorial horizon."""
+  f = summary['factorial']
+  effects = f.get('effects', {})
+  shared = f.get('shared', {})
+  if 'tie_qkv' not in effects or 'diagonals' not in effects or 'delta_nats' not in shared:
+    return 'The factorial is not finished: no decomposition yet.'
+  parts = {k: effects[k]['delta_nats'] for k in ('tie_qk', 'tie_kv', 'tie_qkv', 'diagonals')
+           if k in effects}
+  text = (f'At {f["steps"]:,} steps `shared`\'s gap ({_num(shared["delta_nats"], sign=True)}) '
+          f'= tying Q, K and V ({_interval(effects["tie_qkv"])}) + the diagonals '
+          f'({_interval(effects["diagonals"])}).')
+  if 'tie_qk' in parts and 'tie_kv' in parts:
+    text += (f' Of the tie, Q = K alone costs {_interval(effects["tie_qk"])} and K = V alone '
+             f'{_interval(effects["tie_kv"])}.')
+  carrier = max(('tie_qk', 'tie_kv', 'diagonals'), key=lambda k: abs(parts.get(k, 0.0)))
+  what = dict((n, w) for n, _, _, w in study_long.EFFECTS)[carrier]
+  text += f' The largest single effect on `shared`\'s path: **{what}** ({carrier}).'
+  if 'asymmetry' in effects:
+    text += (f' Restoring asymmetry on Q = K (pairwise - symmetric): '
+             f'{_interval(effects["asymmetry"])}.')
+  return text
+
+
+def _tokens(n: int) -> str:
+  return f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.0f}k'
+
+
+def write_figures(summary: dict, workdir: str) -> list[str]:
+  """The horizon figure (gap against tokens, with the fitted line) and the held-out curves."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  import numpy as np
+  written = []
+  gaps = summary['horizon'].get('gap', {})
+  if gaps:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    items = sorted(gaps.values(), key=lambda g: g['tokens'])
+    x = np.asarray([g['tokens'] for g in items], float)
+    y = np.asarray([g['delta_nats'] for g in items])
+    lo = np.asarray([g['ci_low'] for g in items])
+    hi = np.asarray([g['ci_high'] for g in items])
+    ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt='o', capsize=4, label='shared - standard (95% t)')
+    fit = summary['horizon'].get('trend')
+    if fit:
+      xs = np.geomspace(x.min(), x.max(), 50)
+      ax.plot(xs, fit['intercept'] + fit['slope_per_doubling'] * np.log2(xs), '--',
+              label=f'fit: {fit["slope_per_doubling"]:+.3f} nats / doubling')
+    ax.axhline(0.0, color='gray', lw=0.8)
+    ax.set_xscale('log')
+    ax.set_xlabel('tokens seen (each run its own full schedule)')
+    ax.set_ylabel('held-out MLM loss gap (nats)')
+    ax.set_title('shared vs standard against training length')
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(workdir, HORIZON_PNG)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+  curves = summary.get('curves', {})
+  if curves:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours = {}
+    for name, curve in sorted(curves.items()):
+      variant = name.split('@')[0]
+      if variant not in summary['horizon'] or not curve:
+        continue
+      label = None if variant in colours else variant
+      colour = colours.setdefault(variant, f'C{len(colours)}')
+      steps, loss = zip(*curve)
+      ax.plot(np.asarray(steps) * summary['tokens_per_step'], loss, color=colour, lw=0.8,
+              alpha=0.7, label=label)
+    ax.set_xscale('log')
+    ax.set_xlabel('tokens seen')
+    ax.set_ylabel('held-out MLM loss (nats)')
+    ax.set_title('held-out loss along every verdict run (horizon variants)')
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(workdir, CURVES_PNG)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+  return written
+
+
+def render(config, summary: dict) -> str:
+  L = config.long
+  lines = [f'# The long study ({config.preset}): the gap past the first steps, and why', '']
+  if summary['runs_left']:
+    lines += [f'**In progress**: {summary["runs_finished"]} runs finished, about '
+              f'{summary["runs_left"]} to go; the figures below are from the finished runs.', '']
+  lines += ['Held-out MLM loss (nats, lower is better) of every run at its own last step; '
+            f'differences are seed-paired (verdict seeds 0..{int(L.seeds) - 1}, '
+            f'0..{int(L.longest_seeds) - 1} at {max(L.horizons):,} steps) with 95% t '
+            f'intervals. Rates and `shared`\'s init were chosen on seed {L.selection_seed}, '
+            'which no verdict uses.', '',
+            '## Horizon', '', f'![horizon]({HORIZON_PNG})', '', horizon_sentence(summary), '']
+  h = summary['horizon']
+  lines += ['| steps | tokens | ' + ' | '.join(f'{v} loss (lr)' for v in L.horizon_variants)
+            + ' | shared - standard [95%] |', '|' + '---|' * (len(L.horizon_variants) + 3)]
+  for steps in L.horizons:
+    cells = []
+    for v in L.horizon_variants:
+      e = h.get(v, {}).get(str(steps))
+      cells.append(f'{_num(e["loss_mean"])} ({e["lr"]:g}, {len(e["seeds"])} seeds)' if e else '–')
+    g = h.get('gap', {}).get(str(steps))
+    lines.append(f'| {steps:,} | {_tokens(steps * summary["tokens_per_step"])} | '
+                 + ' | '.join(cells) + f' | {_interval(g) if g else "–"} |')
+  lines += ['', '## Factorial: which tie costs what', '', factorial_sentence(summary), '']
+  f = summary['factorial']
+  lines += [f'At {f["steps"]:,} steps, each variant at its own chosen rate; verdicts against '
+            f'`standard`, Holm-adjusted over the variants, equivalence at ±{L and summary["margin_nats"]} nats.', '',
+            '| variant | lr | seeds | loss | − standard [95%] | verdict |', '|---|---|---|---|---|---|']
+  for v in L.factorial_variants:
+    e = f.get(v)
+    if not e:
+      lines.append(f'| {v} | – | – | – | – | not finished |')
+      continue
+    lr = f'{e["lr"]:g}' + (f' ({e["init"]})' if 'init' in e else '')
+    lines.append(f'| {v} | {lr} | {len(e["seeds"])} | {_num(e["loss_mean"])} | '
+                 f'{_interval(e) if "delta_nats" in e else "(base)"} | {e.get("verdict", "")} |')
+  lines += ['', '| effect | difference | [95%] |', '|---|---|---|']
+  for name, a, b, what in study_long.EFFECTS:
+    e = f.get('effects', {}).get(name)
+    lines.append(f'| {name}: {what} | {a} − {b} | {_interval(e) if e else "not finished"} |')
+  lines += ['', '## Equal training FLOPs', '']
+  for v, e in summary['equal_flops'].items():
+    lines.append(
+        f'- `{v}` at {e["variant_steps"]:,} steps against `standard` trained for '
+        f'{e["standard_steps"]:,} steps (its own full schedule, lr {e["standard_lr"]:g}: the '
+        f'same training FLOPs; FLOP ratio {e["flops_ratio"]:.3f}): {_interval(e)} nats, '
+        f'{e["seeds"]} seeds. Measured wall-clock per step (median, two runs at a time, one '
+        f'core each): {v} {_num(e["step_time_variant_s"], 4)} s, standard '
+        f'{_num(e["step_time_standard_s"], 4)} s.')
+  if not summary['equal_flops']:
+    lines.append('Not finished (or not in this preset).')
+  lines += ['', '## What this design can call equivalent', '',
+            f'The verdict calls a difference equivalent when a TOST at level {summary["alpha"]} '
+            f'puts it inside ±{summary["margin_nats"]} nats. With mean difference 0, the '
+            'smallest margin that could pass is t(1−α, n−1)·sd/√n of the per-seed '
+            'differences; the seeds needed for the configured margin follow from the '
+            'measured spread.', '', '| comparison | seeds | sd of differences | smallest '
+            'passable margin | seeds for ±margin |', '|---|---|---|---|---|']
+  for name, e in summary['equivalence'].items():
+    lines.append(f'| {name} | {e["seeds"]} | {_num(e["sd_nats"])} | '
+                 f'{_num(e["smallest_margin"])} | {e["seeds_for_margin"] or "> 100"} |')
+  lines += ['', '## Selection (seed ' f'{L.selection_seed})', '',
+            'Each (variant, steps) sweeps its rates (and `shared` its inits, jointly); '
+            'a best rate at an edge adds the next rate out.', '',
+            '| sweep | held-out loss by rate | chosen | bracketed |', '|---|---|---|---|']
+  for name, e in summary['selection'].items():
+    losses = ', '.join(f'{k}: {_num(x) if not isinstance(x, str) else x}'
+                       for k, x in e['losses'].items())
+    chosen = (f'{e["chosen"]["lr"]:g}' + (f' {e["chosen"]["init"]}' if 'init' in
+              (e['chosen'] or {}) else '')) if e['chosen'] else 'pending'
+    lines.append(f'| {name} | {losses} | {chosen} | {"yes" if e["bracketed"] else "no"} |')
+  lines += ['', '## Held-out curves', '', f'![curves]({CURVES_PNG})', '',
+            f'Training time summed over finished runs: {summary["wall_s"] / 3600:.2f} core-hours '
+            '(wall time of each run, two at a time).', '']
+  return '\n'.join(lines)
+
+
+def write_report(config, workdir: str) -> str:
+  summary = study_long.analyse(config, workdir)
+  jsonio.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  write_figures(summary, workdir)
+  path = os.path.join(workdir, REPORT_FILE)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(render(config, summary))
+  return path
