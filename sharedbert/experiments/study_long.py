@@ -323,15 +323,17 @@ def run_all(config, workdir: str) -> dict:
 # ---------------------------------------------------------------------------------------
 # Analysis (from the result files alone).
 
-def paired(a: dict, b: dict) -> list[float]:
-  """Per-seed differences a - b over the seeds both have (dicts seed -> loss)."""
-  return [a[s] - b[s] for s in sorted(a) if s in b]
+def paired(a: dict, b: dict) -> dict:
+  """Per-seed differences {seed: a - b} over the seeds both have (dicts seed -> loss)."""
+  return {s: a[s] - b[s] for s in sorted(a) if s in b}
 
 
-def difference(diffs: list[float], confidence: float = 0.95) -> dict:
-  low, high = stats.t_interval(diffs, confidence)
-  return {'delta_nats': float(np.mean(diffs)) if diffs else None, 'ci_low': low,
-          'ci_high': high, 'seeds': len(diffs)}
+def difference(diffs: dict, confidence: float = 0.95) -> dict:
+  """The mean of per-seed differences {seed: a - b} with its t interval and the seeds."""
+  values = list(diffs.values())
+  low, high = stats.t_interval(values, confidence)
+  return {'delta_nats': float(np.mean(values)) if values else None, 'ci_low': low,
+          'ci_high': high, 'seeds': sorted(diffs)}
 
 
 def trend(points: list[tuple[float, float]], confidence: float = 0.95) -> dict | None:
@@ -414,7 +416,7 @@ def analyse(config, workdir: str) -> dict:
     d = paired(losses(a, int(h)), losses(b, int(h)))
     if len(d) >= 2:
       gaps[str(h)] = {**difference(d), 'tokens': int(h) * out['tokens_per_step']}
-      gap_points += [(int(h) * out['tokens_per_step'], x) for x in d]
+      gap_points += [(int(h) * out['tokens_per_step'], x) for x in d.values()]
   horizon['gap'] = gaps
   horizon['trend'] = trend(gap_points)
   out['horizon'] = horizon
@@ -425,14 +427,15 @@ def analyse(config, workdir: str) -> dict:
   diffs = {v: paired(fact_losses[v], fact_losses[BASE]) for v in fact_losses
            if v != BASE and BASE in fact_losses}
   diffs = {v: d for v, d in diffs.items() if len(d) >= 2}
-  verdicts = stats.family_verdicts(diffs, margin, alpha) if diffs else {}
+  verdicts = stats.family_verdicts({v: list(d.values()) for v, d in diffs.items()},
+                                   margin, alpha) if diffs else {}
   for v in fact_losses:
     entry = {'lr': chosen[(v, F)].lr, 'seeds': sorted(fact_losses[v]),
              'loss_mean': float(np.mean(list(fact_losses[v].values()))) if fact_losses[v] else None}
     if chosen[(v, F)].init != NO_INIT:
       entry['init'] = chosen[(v, F)].init
     if v in verdicts:
-      entry.update(verdicts[v])
+      entry.update({k: x for k, x in verdicts[v].items() if k != 'seeds'})
     fact[v] = entry
   effects = {}
   for name, a, b, what in EFFECTS:
@@ -473,9 +476,9 @@ def analyse(config, workdir: str) -> dict:
                                           losses(chosen[(BASE, int(h))], int(h))))
       for h in L.horizons if ('shared', int(h)) in chosen and (BASE, int(h)) in chosen]:
     if len(d) >= 2:
-      sd = float(np.std(d, ddof=1))
+      sd = float(np.std(list(d.values()), ddof=1))
       equivalence[name] = {'seeds': len(d), 'sd_nats': sd,
-                           'smallest_margin': smallest_margin(d, alpha),
+                           'smallest_margin': smallest_margin(list(d.values()), alpha),
                            'seeds_for_margin': seeds_for_margin(sd, margin, alpha)}
   out['equivalence'] = equivalence
 

@@ -183,7 +183,7 @@ def render(config, summary: dict) -> str:
         f'- `{v}` at {e["variant_steps"]:,} steps against `standard` trained for '
         f'{e["standard_steps"]:,} steps (its own full schedule, lr {e["standard_lr"]:g}: the '
         f'same training FLOPs; FLOP ratio {e["flops_ratio"]:.3f}): {_interval(e)} nats, '
-        f'{e["seeds"]} seeds. Measured wall-clock per step (median, two runs at a time, one '
+        f'{len(e["seeds"])} seeds. Measured wall-clock per step (median, two runs at a time, one '
         f'core each): {v} {_num(e["step_time_variant_s"], 4)} s, standard '
         f'{_num(e["step_time_standard_s"], 4)} s.')
   if not summary['equal_flops']:

@@ -1,0 +1,254 @@
+"""The long study (configs/study.py:cpu_long, gpu_long): its plan, its statistics against
+hand-computed cases, and the device preset's plumbing end to end at toy size."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from sharedbert.errors import UserError
+from sharedbert.experiments import study
+from sharedbert.experiments import study_long
+from sharedbert.experiments import study_long_report
+from sharedbert.models.params import load_config_file
+from sharedbert.utils import jsonio
+
+from test_study import _write_fixture_data
+
+LongRun = study_long.LongRun
+NA = study_long.NO_INIT
+
+
+def _config(preset='cpu_long', **long):
+  config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'),
+                            f'{preset},data=/nowhere')
+  config.long.update(long)
+  return config
+
+
+def _small_plan_config():
+  """Horizons 10/20/40, factorial at 20, three rates, shared's inits swept up to 20 steps."""
+  return _config(horizons=(10, 20, 40), factorial_steps=20, seeds=3, longest_seeds=2,
+                 lrs=(1e-3, 2e-3, 4e-3), max_widen=2, init_sweep_max_steps=20)
+
+
+def _done(workdir, run, loss, step_time=0.1, curve=None):
+  path = os.path.join(study_long.run_dir(str(workdir), run), 'study_done.json')
+  os.makedirs(os.path.dirname(path))
+  jsonio.write_json(path, {'eval_loss': loss, 'step_time_median': step_time, 'wall_s': 1.0,
+                           'eval_curve': curve or [[run.steps, loss]]})
+
+
+def test_presets_resolve_and_keep_selection_apart():
+  for preset in study_long_presets():
+    config = _config(preset)
+    assert config.design == 'long'
+    assert int(config.long.selection_seed) >= max(config.long.seeds, config.long.longest_seeds)
+    for run in study_long.every_run(config):
+      cfg = study_long.run_config(config, run)
+      assert cfg.total_steps == run.steps and cfg.seed == run.seed and cfg.optim.lr == run.lr
+      assert cfg.model.attention == run.variant
+  cpu = _config('cpu_long')
+  assert len(cpu.long.horizons) >= 3 and cpu.long.seeds >= 3 and cpu.long.longest_seeds >= 2
+  assert max(cpu.long.lrs) / min(cpu.long.lrs) >= 4 and len(cpu.long.lrs) >= 3
+  assert {'standard', 'symmetric', 'pairwise', 'kv_shared', 'single', 'shared'} <= set(
+      cpu.long.factorial_variants)
+  gpu = _config('gpu_long')
+  cfg = study_long.run_config(gpu, LongRun('shared', 1000, 1e-3, 0, 'signs'))
+  assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.data.seq_len) == (4, 256, 128)
+
+
+def study_long_presets():
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      'study_cfg', os.path.join(study.REPO_CONFIGS, 'study.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.LONG_PRESETS
+
+
+def test_settle_sweeps_then_widens_at_an_edge_then_brackets():
+  config = _small_plan_config()
+  results = {}
+  best, needed = study_long.settle(config, results, 'standard', 20)
+  assert best is None
+  assert needed == [LongRun('standard', 20, lr, 100, NA) for lr in (1e-3, 2e-3, 4e-3)]
+  # Best at the top edge: 8e-3 is added; there it is worse, so 4e-3 is bracketed.
+  for r, loss in zip(needed, (5.0, 4.9, 4.8)):
+    results[r] = {'eval_loss': loss}
+  best, needed = study_long.settle(config, results, 'standard', 20)
+  assert best is None and needed == [LongRun('standard', 20, 8e-3, 100, NA)]
+  results[needed[0]] = {'eval_loss': 4.85}
+  best, needed = study_long.settle(config, results, 'standard', 20)
+  assert best == LongRun('standard', 20, 4e-3, 100, NA) and needed == []
+
+
+def test_settle_stops_widening_after_max_widen_and_skips_diverged_runs():
+  config = _small_plan_config()
+  results = {LongRun('standard', 10, lr, 100, NA): {'eval_loss': loss} for lr, loss in
+             ((1e-3, 4.0), (2e-3, 4.5), (4e-3, None))}  # 4e-3 diverged.
+  results[LongRun('standard', 10, 5e-4, 100, NA)] = {'eval_loss': 3.9}
+  results[LongRun('standard', 10, 2.5e-4, 100, NA)] = {'eval_loss': 3.8}
+  best, needed = study_long.settle(config, results, 'standard', 10)
+  assert needed == [] and best.lr == 2.5e-4  # Two widenings, still at the edge: stop.
+
+
+def test_the_init_variant_sweeps_inits_jointly_then_longer_horizons_inherit_its_init():
+  config = _small_plan_config()
+  results = {}
+  _, needed = study_long.settle(config, results, 'shared', 20)
+  assert {(r.lr, r.init) for r in needed} == {(lr, i) for lr in (1e-3, 2e-3, 4e-3)
+                                              for i in ('signs', 'normal')}
+  for r in needed:
+    results[r] = {'eval_loss': 5.0 - (0.3 if r.init == 'normal' else 0) - (r.lr == 2e-3) * 0.1}
+  best, _ = study_long.settle(config, results, 'shared', 20)
+  assert (best.lr, best.init) == (2e-3, 'normal')
+  # 40 steps is past init_sweep_max_steps: rates only, with the init chosen at 20 steps.
+  _, needed = study_long.settle(config, results, 'shared', 40)
+  assert {(r.lr, r.init) for r in needed} == {(lr, 'normal') for lr in (1e-3, 2e-3, 4e-3)}
+
+
+def test_plan_waits_for_sweeps_and_runs_shortest_first():
+  config = _small_plan_config()
+  ready, chosen, left = study_long.plan(config, {})
+  assert chosen == {}
+  assert [r.steps for r in ready] == sorted(r.steps for r in ready)
+  assert all(r.seed == 100 for r in ready)  # Only selection runs before any result.
+  assert left > len(ready)                  # Verdict and equal-FLOPs runs wait.
+
+
+def test_trend_of_an_exact_line_and_of_noise():
+  pts = [(2 ** k, 0.5 - 0.1 * k) for k in (10, 11, 12, 13)]
+  fit = study_long.trend(pts)
+  assert fit['slope_per_doubling'] == pytest.approx(-0.1)
+  assert fit['ci_low'] == pytest.approx(-0.1) and fit['direction'] == 'shrinks'
+  noisy = [(1000, 0.3), (1000, -0.3), (2000, 0.2), (2000, -0.2), (4000, 0.3), (4000, -0.3)]
+  assert study_long.trend(noisy)['direction'] == 'undecided'
+  assert study_long.trend([(1000, 0.1), (1000, 0.2)]) is None
+
+
+def test_smallest_margin_and_seeds_needed_by_hand():
+  from scipy import stats as sp_stats
+  d = [0.1, 0.2, 0.3]  # sd 0.1, n 3.
+  assert study_long.smallest_margin(d, 0.05) == pytest.approx(
+      sp_stats.t.ppf(0.95, 2) * 0.1 / math.sqrt(3))
+  n = study_long.seeds_for_margin(0.1, 0.05, 0.05)
+  assert sp_stats.t.ppf(0.95, n - 1) * 0.1 / math.sqrt(n) < 0.05
+  assert sp_stats.t.ppf(0.95, n - 2) * 0.1 / math.sqrt(n - 1) >= 0.05
+  assert study_long.seeds_for_margin(10.0, 0.05, 0.05) is None
+
+
+def _fabricate_finished_study(workdir, config):
+  """Every run of the plan with losses built so that each effect is known by hand:
+  standard 4.0 + seed/10 at the factorial horizon; symmetric +0.3, kv_shared +0.1,
+  single +0.5, shared = single - 0.2 (+0.3), pairwise = symmetric - 0.25; shared's gap to
+  standard at 10/20/40 steps +0.4/+0.3/+0.1 plus seed noise 0.01*seed."""
+  offsets = {'standard': 0.0, 'symmetric': 0.3, 'kv_shared': 0.1, 'single': 0.5,
+             'shared': 0.3, 'pairwise': 0.05}
+  gap = {10: 0.4, 20: 0.3, 40: 0.1}
+  results = {}
+  for _ in range(50):
+    ready, _, _ = study_long.plan(config, results)
+    if not ready:
+      break
+    for r in ready:
+      if r.seed == 100:  # Selection: 2e-3 best for everyone, signs best for shared.
+        loss = 6.0 + abs(math.log2(r.lr / 2e-3)) * 0.1 + (r.init == 'normal') * 0.05
+      elif r.variant == 'standard' and r.steps not in gap:  # The equal-FLOPs runs.
+        loss = 4.0 + r.seed / 10 + 0.02
+      else:
+        base = 4.0 + r.seed / 10
+        if r.steps == 20:
+          loss = base + offsets[r.variant] + (0.01 * r.seed if r.variant == 'shared' else 0)
+        else:
+          loss = base + (gap[r.steps] + 0.01 * r.seed if r.variant == 'shared' else 0)
+      results[r] = {'eval_loss': loss}
+      _done(workdir, r, loss, curve=[[r.steps // 2, loss + 1], [r.steps, loss]])
+  return results
+
+
+def test_analysis_of_a_finished_plan_against_hand_computed_effects(tmp_path):
+  config = _small_plan_config()
+  _fabricate_finished_study(tmp_path, config)
+  s = study_long.analyse(config, str(tmp_path))
+  assert s['runs_left'] == 0
+  seeds_used = set()
+  # Horizon: shared - standard = gap + 0.01*seed at every horizon.
+  for h, g in ((10, 0.4), (20, 0.3), (40, 0.1)):
+    e = s['horizon']['gap'][str(h)]
+    n = 2 if h == 40 else 3
+    assert len(e["seeds"]) == n and e["delta_nats"] == pytest.approx(g + 0.01 * (n - 1) / 2)
+    for v in ('standard', 'shared'):
+      entry = s['horizon'][v][str(h)]
+      assert set(entry) >= {'loss_mean', 'seeds', 'lr'} and entry['lr'] == 2e-3
+      seeds_used |= set(entry['seeds'])
+  assert s['horizon']['trend']['direction'] == 'shrinks'
+  # Factorial effects (differences of the offsets; shared carries 0.01*seed).
+  f = s['factorial']
+  expect = {'tie_qk': 0.3, 'tie_kv': 0.1, 'tie_qkv': 0.5, 'diagonals': -0.2 + 0.01,
+            'asymmetry': -0.25}
+  for name, value in expect.items():
+    assert f['effects'][name]['delta_nats'] == pytest.approx(value), name
+    assert set(f['effects'][name]) >= {'delta_nats', 'ci_low', 'ci_high'}
+  assert f['effects']['tie_qk']['ci_low'] == pytest.approx(0.3)  # No spread: a point.
+  for v in ('symmetric', 'pairwise', 'kv_shared', 'single', 'shared'):
+    assert set(f[v]) >= {'delta_nats', 'ci_low', 'ci_high', 'verdict', 'seeds', 'lr'}
+    assert len(f[v]['seeds']) >= 3
+    seeds_used |= set(f[v]['seeds'])
+  assert f['shared']['init'] == 'signs' and f['symmetric']['verdict'] == 'worse'
+  # Equal FLOPs: shared at 20 steps against standard at fewer steps, 4.02 + seed/10.
+  eq = s['equal_flops']['shared']
+  assert eq['standard_steps'] < 20 and eq['flops_ratio'] < 1
+  assert eq['delta_nats'] == pytest.approx(0.3 + 0.01 - 0.02)
+  assert set(eq) >= {'standard_steps', 'delta_nats', 'ci_low', 'ci_high', 'seeds'}
+  assert s['selection_seed'] not in seeds_used
+  assert all(e['bracketed'] for e in s['selection'].values())
+  # The report leads with the horizon figure and the factorial table.
+  path = study_long_report.write_report(config, str(tmp_path))
+  text = open(path).read()
+  assert text.index('horizon.png') < text.index('| variant | lr | seeds |')
+  assert 'shrinks' in text and os.path.exists(tmp_path / 'horizon.png')
+  assert 'tying Q, K and V' in text
+  assert jsonio.read_json(tmp_path / 'summary.json')['factorial']['effects']
+
+
+def test_long_preflight_refuses_a_selection_seed_among_the_verdict_seeds(tmp_path):
+  config = _config(selection_seed=1)
+  config.pretrain.override.data.corpus = str(tmp_path)
+  with pytest.raises(UserError, match='selection_seed=1 is a verdict seed'):
+    study.long_preflight(config, str(tmp_path / 'w'))
+  assert not (tmp_path / 'w').exists()
+
+
+def test_device_preset_plumbing_at_toy_size_end_to_end_and_resume(tmp_path):
+  """gpu_long shrunk to a toy model and a few steps on CPU: every horizon run, the report,
+  then a rerun that trains nothing."""
+  corpus, _ = _write_fixture_data(tmp_path)
+  config = _config('gpu_long', horizons=(4, 8), factorial_steps=4,
+                   checkpoint_every_steps=4, evals_per_run=2)
+  p = config.pretrain.override
+  p.data.corpus = corpus
+  p.data.batch_size = 8
+  p.data.seq_len = 32
+  p.data.vocab_train_sentences = 10_000
+  p.data.eval_fraction = 0.1
+  p.model.update(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64, vocab_size=256,
+                 max_position_embeddings=32, dtype='float32')
+  p.eval_batches = 1
+  p.log_every_steps = 2
+  workdir = str(tmp_path / 'w')
+  study.run_study(config, workdir)
+  s = jsonio.read_json(os.path.join(workdir, 'summary.json'))
+  assert s['runs_left'] == 0 and s['runs_finished'] == 2 * 2 * 2
+  assert set(s['horizon']['gap']) == {'4', '8'}
+  for h in ('4', '8'):
+    assert s['horizon']['standard'][h]['seeds'] == [0, 1]
+  curve = s['curves']['shared@8/seed0']
+  assert [step for step, _ in curve] == [4, 8]  # Held-out loss along the way.
+  stamp = os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
+                                        'study_done.json'))
+  study.run_study(config, workdir)  # Resumes: every run is finished, nothing retrains.
+  assert os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
+                                       'study_done.json')) == stamp
+  assert 'horizon.png' in open(os.path.join(workdir, 'report.md')).read()
