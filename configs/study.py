@@ -177,8 +177,7 @@ def get_config(arg=None):
     # batch 64: about 0.13 s a step on 2 idle cores, so 2,500 steps (5M tokens) take about
     # 6 minutes a variant. At 64-token rows the same model was still on the bag-of-words
     # plateau at step 1,000 on this corpus (held-out 0.135); at 32 it reached 0.247
-    # (docs/recipe/recipe.md). Fine-tuning runs at 64 tokens (below): positions 32-63 are
-    # learned in fine-tuning only, alike for every variant and for `none`.
+    # (docs/recipe/recipe.md). Fine-tuning runs at the same 32 tokens (below).
     config.pretrain.arg = 'size=tiny,recipe=budget'
     # The pretraining arms: 3 rates spanning 4x, 3 seeds, 3 inits of shared, widths 64 / 128
     # / 256 with 2 seeds: about 30 runs of 1,000 steps, two at a time (one per core). One run at
@@ -222,7 +221,7 @@ def get_config(arg=None):
     g.batch_size = 32
     g.optim.lr = 1e-3
     g.eval.predict_test = False
-    g.eval.bootstrap_resamples = 200
+    g.eval.bootstrap_resamples = 1000  # As the report's own intervals (bootstrap_resamples).
     g.log_every_steps = 0
     # The GLUE-to-GLUE pairs; those whose source or target data is absent are skipped.
     config.crossdomain.pairs = tuple(p for p in CROSSDOMAIN_ALL if 'imdb' not in p)

@@ -32,3 +32,24 @@ def test_the_reference_documents_exactly_the_model_keys():
   documented = documented_model_keys()
   assert documented - fields == set(), 'documented but not in ModelConfig'
   assert fields - documented == set(), 'in ModelConfig but not documented'
+
+
+# Paths of one machine (a virtual environment beside the checkout, a home or work folder):
+# a reader's machine has none of them. Examples such as /tmp/run1 in commands stay.
+MACHINE_PATHS = re.compile(r'(?<![\w.])(/work/|/root/|/home/\w|/Users/\w)|hfvenv|\.\./\.\./root')
+
+
+def test_docs_and_benchmark_results_name_no_machine_path():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  files = [os.path.join(root, 'BENCHMARKS.md')]
+  for folder in ('docs', 'bench'):
+    for dirpath, _, names in os.walk(os.path.join(root, folder)):
+      files += [os.path.join(dirpath, n) for n in names
+                if n.endswith(('.md', '.json')) and not (folder == 'bench' and n.endswith('.md'))]
+  found = []
+  for path in files:
+    with open(path, encoding='utf-8') as f:
+      for number, line in enumerate(f, 1):
+        if MACHINE_PATHS.search(line):
+          found.append(f'{os.path.relpath(path, root)}:{number}: {line.strip()[:120]}')
+  assert not found, '\n'.join(found)

@@ -179,3 +179,33 @@ def test_toy_arms_end_to_end_with_two_workers_killed_and_resumed(tmp_path, monke
     assert g['per_seed'] == [json.load(open(study.run_file(workdir, v, 'mrpc', 0, s)))['score']
                              for s in (0, 1)]
   assert 'hierarchical bootstrap interval' in text
+
+
+def test_linear_probe_average_leaves_out_wnli_as_the_fine_tuning_average_does(tmp_path):
+  """One meaning of "average" in the report: WNLI is shown but not averaged, in the probes
+  as in fine-tuning (study_stats.AVERAGE_EXCLUDES)."""
+  import ml_collections
+  from sharedbert.utils import jsonio
+  config = ml_collections.ConfigDict({'linear_probe': {'tasks': 'auto'},
+                                      'pretrain': {'seeds': 2}})
+  scores = {'mrpc': (0.7, 0.8), 'sst2': (0.5, 0.6), 'wnli': (0.1, 0.1)}
+  for row in ('standard', 'shared', 'none'):
+    for task, per_seed in scores.items():
+      for seed, x in enumerate(per_seed):
+        jsonio.write_json(study_linear.result_file(str(tmp_path), row, task, seed),
+                          {'score': x + (0.05 if row == 'shared' else 0.0)})
+  a = study_linear.analyse(config, str(tmp_path), ['standard', 'shared'], list(scores))
+  assert a['averaged_tasks'] == ['mrpc', 'sst2']
+  assert a['rows']['standard']['_average']['mean'] == pytest.approx((0.7 + 0.8 + 0.5 + 0.6) / 4)
+  assert a['vs_standard']['shared']['_average']['diff'] == pytest.approx(0.05)
+  text = '\n'.join(study_linear.section(a))
+  assert 'WNLI left out' in text
+
+
+def test_the_bottom_pretraining_table_says_it_shows_the_reference_runs():
+  from sharedbert.experiments import study_report
+  text = study_report.reference_runs_sentence(
+      {'standard': {'lr': 2e-3, 'seed': 0, 'init': 'constant'},
+       'shared': {'lr': 2e-3, 'seed': 0, 'init': 'constant'}}, ['standard', 'shared'])
+  assert 'reference runs' in text and 'standard seed 0 at lr 0.002;' in text
+  assert 'shared seed 0 at lr 0.002, constant diagonals' in text

@@ -17,6 +17,7 @@ import numpy as np
 
 from sharedbert.experiments import study_plan
 from sharedbert.experiments import study_pretrain
+from sharedbert.experiments.study_stats import AVERAGE_EXCLUDES
 from sharedbert.metrics import stats
 from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
@@ -114,10 +115,14 @@ def analyse(config, workdir: str, variants, glue_tasks) -> dict:
   scores = {r: {t: {s: jsonio.read_json(result_file(workdir, r, t, s))['score']
                     for s in seeds if os.path.exists(result_file(workdir, r, t, s))}
                 for t in tasks} for r in rows}
-  for r in rows:  # The average over tasks, for the seeds that have every task.
-    common = [s for s in seeds if all(s in scores[r][t] for t in tasks)]
-    scores[r]['_average'] = {s: float(np.mean([scores[r][t][s] for t in tasks])) for s in common}
-  out = {'tasks': tasks, 'rows': {}, 'vs_standard': {}}
+  # The average over tasks, for the seeds that have every task; WNLI left out, as in the
+  # fine-tuning average (study_stats.AVERAGE_EXCLUDES): one meaning of "average".
+  averaged = [t for t in tasks if t not in AVERAGE_EXCLUDES]
+  for r in rows:
+    common = [s for s in seeds if averaged and all(s in scores[r][t] for t in averaged)]
+    scores[r]['_average'] = {s: float(np.mean([scores[r][t][s] for t in averaged]))
+                             for s in common}
+  out = {'tasks': tasks, 'averaged_tasks': averaged, 'rows': {}, 'vs_standard': {}}
   for r in rows:
     out['rows'][r] = {}
     for t, by_seed in scores[r].items():
@@ -161,7 +166,9 @@ def section(a: dict) -> list[str]:
   text = ('Dev scores ×100 (mean ± std over pretraining seeds) of a ridge regression on each '
           'frozen encoder\'s mean-pooled final hidden states (sharedbert.evaluators.'
           'linear_probe); differences with their 95% t interval over pretraining seeds, '
-          'seed-paired. `none` is the `standard` architecture as initialised, untrained.')
+          'seed-paired. `none` is the `standard` architecture as initialised, untrained. '
+          f'Average: over {", ".join(task_title(t) for t in a.get("averaged_tasks", a["tasks"]))}'
+          + (' (WNLI left out, as in the fine-tuning average).' if 'wnli' in a['tasks'] else '.'))
   if none:
     lo, hi = none['ci']
     if hi < 0:

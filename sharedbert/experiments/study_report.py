@@ -173,12 +173,25 @@ def _differences_section(a: Analysis) -> list[str]:
   return lines
 
 
+def reference_runs_sentence(pretrain: dict, variants) -> str:
+  """Which runs the bottom pretraining table shows: the reference runs, as configured."""
+  parts = []
+  for v in variants:
+    p = pretrain.get(v) or {}
+    if 'lr' in p:
+      init = f', {p["init"]} diagonals' if v == 'shared' and p.get('init') else ''
+      parts.append(f'{v} seed {p.get("seed")} at lr {p["lr"]:g}{init}')
+  return ('The reference runs (W/pretrain/<variant>, the study\'s recipe as configured: '
+          + ('; '.join(parts) if parts else 'none finished')
+          + '), not the verdict\'s runs at each variant\'s chosen rate (above).')
+
+
 def _pretraining_section(a: Analysis) -> list[str]:
   """Pretraining figures per variant, and the GLUE figure."""
   (workdir, variants, rows, table, pretrain, base, cols, tasks) = (
       a.workdir, a.variants, a.rows, a.table, a.pretrain, a.base, a.cols, a.tasks)
-  lines = ['## Pretraining', '',
-           'Every variant: the same vocabulary, data order, masks, steps and seed. Held-out '
+  lines = ['## Pretraining', '', reference_runs_sentence(pretrain, variants) + ' Every '
+           'variant: the same vocabulary, data order, masks, steps and seed. Held-out '
            'figures are on the held-out documents of the corpus at the last step.', '',
            '| variant | steps | final train loss | held-out MLM loss | held-out MLM accuracy '
            '| majority accuracy | median step time (ms) | vs standard |',
