@@ -252,3 +252,18 @@ def test_device_preset_plumbing_at_toy_size_end_to_end_and_resume(tmp_path):
   assert os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
                                        'study_done.json')) == stamp
   assert 'horizon.png' in open(os.path.join(workdir, 'report.md')).read()
+
+
+def test_an_orphaned_worker_does_not_start_a_queued_job():
+  """After its parent dies a pool worker may still hold a queued run: it exits instead of
+  training it (a killed study's workers went on to the next run)."""
+  import subprocess
+  import sys
+  code = ('from sharedbert.utils import workers; workers._PARENT_PID = -1; '
+          'workers.call_if_parent_alive(print, "ran")')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 1 and 'ran' not in out.stdout
+  code = ('import os; from sharedbert.utils import workers; workers._PARENT_PID = os.getppid(); '
+          'workers.call_if_parent_alive(print, "ran")')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0 and 'ran' in out.stdout

@@ -13,11 +13,18 @@ import os
 from typing import Any, Callable, Iterable
 
 
-def init_worker(counter, cache_dir: str, verbosity: int | None = None) -> None:
+# The process that started this worker (set by init_worker; None outside a worker).
+_PARENT_PID = None
+
+
+def init_worker(counter, cache_dir: str, verbosity: int | None = None,
+                parent_pid: int | None = None) -> None:
   """A worker process: one core of its own, dies with its parent (SIGTERM, which train.py
   answers by checkpointing), the parent's compilation cache and log verbosity (so that
   the runs' progress and ETA lines reach the parent's log)."""
   import signal
+  global _PARENT_PID
+  _PARENT_PID = parent_pid
   with counter.get_lock():
     index = counter.value
     counter.value += 1
@@ -35,6 +42,15 @@ def init_worker(counter, cache_dir: str, verbosity: int | None = None) -> None:
   if cache_dir:
     jax.config.update('jax_compilation_cache_dir', cache_dir)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
+
+
+def call_if_parent_alive(fn: Callable, *args):
+  """fn(*args) in a worker, unless its parent has died: the pool queues a job ahead of a
+  free worker, and an orphan that took it would train on with no one to read the result
+  (a killed study's workers went on to the next queued run)."""
+  if _PARENT_PID is not None and os.getppid() != _PARENT_PID:
+    os._exit(1)
+  return fn(*args)
 
 
 def _verbosity() -> int:
@@ -90,13 +106,14 @@ def run_growing(next_jobs: Callable[[], list], fn: Callable, args_of: Callable[[
   cache = jax.config.jax_compilation_cache_dir or ''
   with concurrent.futures.ProcessPoolExecutor(int(workers), mp_context=ctx,
                                               initializer=init_worker,
-                                              initargs=(counter, cache, _verbosity())) as pool:
+                                              initargs=(counter, cache, _verbosity(),
+                                                        os.getpid())) as pool:
     running = {}
     while True:
       while len(running) < int(workers) and (job := pick()) is not None:
         on_start(job)
         running_jobs.append(job)
-        running[pool.submit(fn, *args_of(job))] = job
+        running[pool.submit(call_if_parent_alive, fn, *args_of(job))] = job
       if not running:
         return
       finished, _ = concurrent.futures.wait(running, return_when='FIRST_COMPLETED')
