@@ -267,3 +267,14 @@ def test_an_orphaned_worker_does_not_start_a_queued_job():
           'workers.call_if_parent_alive(print, "ran")')
   out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
   assert out.returncode == 0 and 'ran' in out.stdout
+
+
+def test_device_script_runs_the_gpu_long_preset_and_refuses_without_a_gpu():
+  import subprocess
+  root = os.path.dirname(study.REPO_CONFIGS)
+  script = os.path.join(root, 'bench', 'gpu_long.sh')
+  text = open(script).read()
+  assert 'configs/study.py:gpu_long' in text and 'sharedbert.experiments.study' in text
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  out = subprocess.run(['bash', script], capture_output=True, text=True, env=env, timeout=300)
+  assert out.returncode != 0 and 'no GPU visible' in out.stderr
