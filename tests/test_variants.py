@@ -201,6 +201,48 @@ def test_masa_with_one_atom_per_layer_is_standard(projections):
   assert_same_outputs(cfg, masa, standard_cfg, standard)
 
 
+def _loss_grads(cfg, params):
+  def loss(p):
+    out = BertForPretraining(cfg).apply({'params': p}, *INPUTS)
+    return jnp.mean(jnp.square(out['mlm_logits']))
+  return jax.tree.map(np.asarray, jax.grad(loss)(params))
+
+
+def test_masa_atom_gradients_mix_every_layers_gradient_by_the_coefficients():
+  """Why masa fails the induction probe in every seed (docs/probe_cpu/RUN_NOTES.md): not a
+  wrong forward or gradient, but its start. Atom s's gradient is sum_l c[l, s] dL/dW_l, so
+  with one-hot coefficients (S = L) training starts exactly as standard's, and with the
+  default N(0, 1/S) coefficients every atom's update mixes every layer's gradient."""
+  cfg = config('masa', masa_atoms=TINY['num_layers'], masa_projections='qkvo')
+  standard_cfg = config('standard')
+  standard = perturb(init(standard_cfg))
+  g_std = _loss_grads(standard_cfg, standard)
+  for coefficients in (np.eye(cfg.num_layers, dtype=np.float32),
+                       np.random.default_rng(3).normal(
+                           0, 1 / np.sqrt(cfg.num_layers),
+                           (cfg.num_layers, cfg.num_layers)).astype(np.float32)):
+    masa = copy.deepcopy(standard)
+    masa['bert']['shared_attention'] = {}
+    # Atoms chosen so that each layer's kernel equals standard's: A = C^-1 W.
+    inverse = np.linalg.inv(coefficients)
+    for t in 'qkvo':
+      name = masa_lib.MASA_TYPES[t]
+      kernels = np.stack([a[name]['kernel'] for a in layers(standard, standard_cfg)])
+      masa['bert']['shared_attention'][t] = {
+          'atoms': np.einsum('sl,l...->s...', inverse, kernels).astype(np.float32),
+          'coefficients': coefficients}
+      for a in layers(masa, cfg):
+        del a[name]['kernel']
+    assert_same_outputs(cfg, masa, standard_cfg, standard)
+    g = _loss_grads(cfg, masa)
+    for t in 'qkvo':
+      name = masa_lib.MASA_TYPES[t]
+      per_layer = np.stack([a[name]['kernel'] for a in layers(g_std, standard_cfg)])
+      np.testing.assert_allclose(g['bert']['shared_attention'][t]['atoms'],
+                                 np.einsum('ls,l...->s...', coefficients, per_layer),
+                                 atol=1e-5, rtol=1e-4)
+
+
 # ---------------------------------------------------------------------------------------
 # Each variant's attention layer against plain NumPy.
 

@@ -287,7 +287,7 @@ def _prepare_vocab(config, workdir: str, run: LongRun) -> None:
 def run_all(config, workdir: str) -> dict:
   """Runs (or resumes) the whole plan; returns {run: summary}."""
   results = load_results(workdir)
-  progress = {'steps': 0, 'seconds': 0.0, 'trained': 0}
+  progress = {'steps': 0, 'seconds': 0.0}
   workers = max(1, int(config.pretrain.workers))
   _, _, left = plan(config, results)
   logging.info('study: %d runs finished, about %d to do (the plan grows with the sweeps), '
@@ -296,23 +296,29 @@ def run_all(config, workdir: str) -> dict:
   def next_jobs():
     return plan(config, results)[0]
 
+  resumed = set()  # Runs that started from a checkpoint: left out of the ETA's rate.
+
   def args_of(run):
+    if os.path.isdir(os.path.join(run_dir(workdir, run), 'checkpoints')):
+      resumed.add(run)
     _prepare_vocab(config, workdir, run)
     logging.info('study: pretraining %s in %s', run.describe(), run_dir(workdir, run))
     return run_config(config, run), run_dir(workdir, run)
 
   def finished(run, summary):
     results[run] = summary
-    progress['trained'] += 1
-    progress['steps'] += run.steps
-    progress['seconds'] += summary['wall_s']
+    if run not in resumed:
+      progress['steps'] += run.steps
+      progress['seconds'] += summary['wall_s']
     todo, _, count = plan(config, results)
+    # Runs waiting on a sweep are counted at this run's length.
     steps_left = sum(r.steps for r in todo) + max(0, count - len(todo)) * run.steps
-    eta = progress['seconds'] / progress['steps'] * steps_left / workers
-    logging.info('study: %d runs done, about %d to go: %s: held-out loss %s in %.0fs; '
-                 'ETA about %.0f min', len(results), count, run.describe(),
+    eta = (f'ETA about {progress["seconds"] / progress["steps"] * steps_left / workers / 60:.0f} '
+           'min' if progress['steps'] else 'ETA after the first run trained from scratch')
+    logging.info('study: %d runs done, about %d to go: %s: held-out loss %s in %.0fs; %s',
+                 len(results), count, run.describe(),
                  f"{summary['eval_loss']:.4f}" if summary.get('eval_loss') is not None
-                 else 'diverged', summary['wall_s'], eta / 60)
+                 else 'diverged', summary['wall_s'], eta)
 
   workers_lib.run_growing(next_jobs, _train_one, args_of, workers=workers, on_done=finished,
                           describe=lambda run: f'study: pretraining {run.describe()} in '
