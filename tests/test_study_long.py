@@ -278,3 +278,11 @@ def test_device_script_runs_the_gpu_long_preset_and_refuses_without_a_gpu():
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   out = subprocess.run(['bash', script], capture_output=True, text=True, env=env, timeout=300)
   assert out.returncode != 0 and 'no GPU visible' in out.stderr
+
+
+def test_the_report_says_plainly_whether_equivalence_is_reachable():
+  s = {'margin_nats': 0.05, 'equivalence': {'a': {'smallest_margin': 0.2},
+                                            'b': {'smallest_margin': 0.01}}}
+  assert '**not reachable** for 1 of 2' in study_long_report.equivalence_sentence(s)
+  s['equivalence'].pop('a')
+  assert 'can say "equivalent"' in study_long_report.equivalence_sentence(s)

@@ -75,6 +75,24 @@ def factorial_sentence(summary: dict) -> str:
   return text
 
 
+def equivalence_sentence(summary: dict) -> str:
+  """Plainly: whether this design could call anything equivalent at its margin."""
+  eq = summary.get('equivalence', {})
+  if not eq:
+    return 'No comparison has two seeds yet.'
+  margin = summary['margin_nats']
+  reachable = [n for n, e in eq.items() if e['smallest_margin'] is not None
+               and e['smallest_margin'] < margin]
+  worst = max(e['smallest_margin'] for e in eq.values() if e['smallest_margin'] is not None)
+  if len(reachable) == len(eq):
+    return (f'Every comparison could be called equivalent at ±{margin} nats were its true '
+            'difference 0: the design can say "equivalent" as well as "worse".')
+  return (f'At ±{margin} nats equivalence is **not reachable** for {len(eq) - len(reachable)} '
+          f'of {len(eq)} comparisons with these seeds (the smallest passable margins reach '
+          f'{worst:.3f} nats): for those the design can only say worse, better or undecided, '
+          'and the last column gives the seeds it would take.')
+
+
 def _tokens(n: int) -> str:
   return f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.0f}k'
 
@@ -198,6 +216,7 @@ def render(config, summary: dict) -> str:
   for name, e in summary['equivalence'].items():
     lines.append(f'| {name} | {e["seeds"]} | {_num(e["sd_nats"])} | '
                  f'{_num(e["smallest_margin"])} | {e["seeds_for_margin"] or "> 100"} |')
+  lines += ['', equivalence_sentence(summary)]
   lines += ['', '## Selection (seed ' f'{L.selection_seed})', '',
             'Each (variant, steps) sweeps its rates (and `shared` its inits, jointly); '
             'a best rate at an edge adds the next rate out.', '',
