@@ -272,3 +272,18 @@ def test_conversion_experiment_on_the_fixture_bert(tmp_path):
   before = os.path.getmtime(work / 'results' / 'rank1.json')
   conversion.run(str(FIXTURE), str(data), str(work))
   assert os.path.getmtime(work / 'results' / 'rank1.json') == before
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('causal', True, 'model.causal=True'),
+    ('position_embeddings', False, 'no position embeddings')])
+def test_export_refuses_a_model_that_hugging_face_would_compute_differently(
+    imported, key, value, message):
+  """A causal or position-free model is refused (it exported silently as a bidirectional
+  one); export_hf asks hf_config_from_model before it writes anything."""
+  import dataclasses
+  from sharedbert.convert import hf_layout
+  cfg, _, _, _ = convert_hf.read_params(str(imported))
+  hf_layout.hf_config_from_model(cfg)  # The model as trained exports.
+  with pytest.raises(UserError, match=message):
+    hf_layout.hf_config_from_model(dataclasses.replace(cfg, **{key: value}))

@@ -108,6 +108,15 @@ def hf_config_from_model(cfg: ModelConfig) -> dict:
     raise UserError(f'only standard models map onto Hugging Face BERT (post-LN) or '
                     f'RoBERTa-PreLayerNorm (pre-LN); this one is {cfg.attention!r} (convert a '
                     'standard checkpoint, or keep it in sharedbert)')
+  # Neither Hugging Face layout holds these: an export would compute another function.
+  if cfg.causal:
+    raise UserError('this model was trained with model.causal=True (each token sees only '
+                    'those before it); Hugging Face BERT and RoBERTa-PreLayerNorm attend both '
+                    'ways, so the export would compute something else: keep it in sharedbert')
+  if not cfg.position_embeddings:
+    raise UserError('this model has no position embeddings (model.position_embeddings=False); '
+                    'Hugging Face BERT and RoBERTa-PreLayerNorm always add them, so the export '
+                    'would compute something else: keep it in sharedbert')
   kind = model_type(cfg)
   out = {
       'architectures': [MLM_ARCHITECTURE[kind]], 'model_type': kind,
