@@ -9,6 +9,12 @@ starts). A latest step that fails to restore (a truncated or missing file, say) 
 reported and the previous one is used; `set_aside_damaged` then moves the damaged steps
 out of the way, so that the resumed run can save those steps again.
 
+A checkpoint proves itself: `save` records a fingerprint of the state in `meta` (per leaf,
+the wrapping sum of its raw 32-bit words and their position-weighted sum, computed on the
+devices whatever the sharding), and `restore` recomputes it and checks that every float
+is finite. A step whose bits changed after it was written (a same-size corruption that
+reads without error) or whose state is not finite counts as damaged like a truncated one.
+
 A checkpoint that cannot be written (disk full, no permission, a quota, a bucket gone) is a
 `WriteFailed`: the run stops at once with one line (sharedbert.main's exit code 4) and the
 last finalised checkpoint stays the one a rerun resumes from. On a local filesystem the
@@ -35,6 +41,54 @@ from sharedbert.errors import UserError
 
 CHECKPOINT_DIR = 'checkpoints'
 DAMAGED_DIR = 'checkpoints-damaged'
+
+
+FINGERPRINT_KEY = 'state_fingerprint'
+
+
+def _words(x):
+  """A leaf's raw bits as a flat uint32 vector (typed PRNG keys as their key data)."""
+  import jax.numpy as jnp
+  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    x = jax.random.key_data(x)
+  x = jnp.ravel(x)
+  if x.dtype == jnp.bool_:
+    return x.astype(jnp.uint32)
+  unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}.get(x.dtype.itemsize)
+  if unsigned is None:  # 64-bit leaves: both halves.
+    return jax.lax.bitcast_convert_type(x, jnp.uint32).reshape(-1)
+  return jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
+
+
+@jax.jit
+def _fingerprint_and_finite(state):
+  import jax.numpy as jnp
+  sums, finite = [], jnp.asarray(True)
+  for x in jax.tree.leaves(state):
+    w = _words(x)
+    position = jnp.arange(1, w.size + 1, dtype=jnp.uint32)
+    sums.append(jnp.stack([jnp.sum(w, dtype=jnp.uint32), jnp.sum(w * position, dtype=jnp.uint32)]))
+    if jnp.issubdtype(x.dtype, jnp.floating):
+      finite = finite & jnp.all(jnp.isfinite(x))
+  return sums, finite
+
+
+def fingerprint(state) -> tuple[list[list[int]], bool]:
+  """([[sum, weighted sum] per leaf], whether every float leaf is finite) of a state."""
+  sums, finite = jax.device_get(_fingerprint_and_finite(state))
+  return [[int(a), int(b)] for a, b in sums], bool(finite)
+
+
+def verify(state, meta: dict) -> str | None:
+  """Why a restored state is not the one saved (None when it verifies)."""
+  sums, finite = fingerprint(state)
+  if not finite:
+    return 'its state holds non-finite values'
+  saved = meta.get(FINGERPRINT_KEY)
+  if saved is not None and len(saved) == len(sums) and saved != sums:
+    bad = sum(1 for a, b in zip(saved, sums) if a != b)
+    return f'{bad} of its {len(sums)} arrays differ from what was saved (checksum)'
+  return None
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -81,6 +135,10 @@ def _existing_dir(path: str) -> str:
 
 def _size_text(n: float) -> str:
   return f'{n / 2**20:.1f} MiB' if n < 2**30 else f'{n / 2**30:.2f} GiB'
+
+
+class DamagedCheckpoint(Exception):
+  """A step that restores but is not what was saved, or not finite."""
 
 
 class Checkpointer:
@@ -132,6 +190,7 @@ class Checkpointer:
     Raises WriteFailed when it cannot be written, or an earlier save failed."""
     self.wait()  # An earlier save's failure is that save's, and is said as such.
     self._check_free_space(step, state)
+    meta = {**meta, FINGERPRINT_KEY: fingerprint(state)[0]}
     try:
       saved = self.manager.save(
           step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -194,6 +253,9 @@ class Checkpointer:
       try:
         out = self.manager.restore(s, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        why = verify(out['state'], out['meta'])
+        if why:
+          raise DamagedCheckpoint(f'it does not verify: {why}')
       except Exception as e:  # pylint: disable=broad-except
         # Damage shows as many types (JSON, tensorstore, ValueError on a missing file).
         msg = f'step {s}: {_first_line(e)}'
