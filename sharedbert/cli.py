@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import logging as logging_std
+import os
 import sys
 from typing import Callable
 
@@ -88,6 +89,27 @@ def flag_error_message(error: Exception, argv: list[str], module: str) -> str | 
   return None
 
 
+# Every flag of every command that names a file or folder (config keys are the config's).
+PATH_FLAGS = ('workdir', 'hf_dir', 'source', 'target', 'encoder', 'data', 'fit_text',
+              'summary', 'out', 'out_json', 'out_md', 'corpus')
+
+
+def user_path(value: str) -> str:
+  """A path as the user typed it, resolved once: ~ expanded, relative made absolute against
+  the current directory. URLs (gs://...), tfds corpora and the demo corpus stay as they are."""
+  if not value or '://' in value or value.startswith('tfds:') or value == 'demo':
+    return value
+  return os.path.abspath(os.path.expanduser(value))
+
+
+def resolve_path_flags() -> None:
+  """Resolves every path flag the command defines (`PATH_FLAGS`) in place: a relative
+  --workdir crashed GLUE's checkpointing after training, and --workdir=~/x made ./~/x."""
+  for name in PATH_FLAGS:
+    if name in FLAGS and isinstance(FLAGS[name].value, str):
+      FLAGS[name].value = user_path(FLAGS[name].value)
+
+
 class QuietLibraries(logging_std.Filter):
   """Drops the INFO chatter of JAX and friends ('Unable to initialize backend tpu', ...)
   so that a command's log and its one-line errors stand out; their warnings and errors
@@ -114,6 +136,7 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
     logging.get_absl_handler().addFilter(QuietLibraries())
     try:
       rest = FLAGS(argv)
+      resolve_path_flags()
       if 'config' in FLAGS and FLAGS['config'].present:
         FLAGS.config.get('mode')  # A config file that failed to load raises only when used.
       return rest

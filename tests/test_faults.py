@@ -236,3 +236,22 @@ def test_the_study_without_its_data_folder_is_one_line(tmp_path):
   one_line(command('study', '--config=configs/study.py:cpu', f'--workdir={tmp_path}/s'),
            'sharedbert study', 'the cpu study has no data: give it the folder holding corpus/ '
            'and glue/, --config=configs/study.py:cpu,data=DIR')
+
+
+def test_path_flags_are_resolved_once_at_the_entry(tmp_path):
+  """Relative paths and ~ work for every path flag (issue 44, item 4): the command sees
+  absolute paths (a relative GLUE --workdir crashed orbax after training; --workdir=~/x
+  made ./~/x)."""
+  from sharedbert import cli
+  assert cli.user_path('~/x') == os.path.join(os.path.expanduser('~'), 'x')
+  assert cli.user_path('rel/dir') == os.path.join(os.getcwd(), 'rel', 'dir')
+  for kept in ('gs://bucket/run', 'tfds:wikipedia/20230601.en', 'demo', ''):
+    assert cli.user_path(kept) == kept
+  (tmp_path / 'sub').mkdir()
+  result = subprocess.run(
+      [sys.executable, '-m', 'sharedbert.convert.hf', 'export', '--workdir=sub/nowhere',
+       '--hf_dir=~/never_written'], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 2
+  assert f'{tmp_path}/sub/nowhere has no checkpoints/ directory' in result.stderr
+  assert not (tmp_path / '~').exists()
