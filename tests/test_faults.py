@@ -255,3 +255,20 @@ def test_path_flags_are_resolved_once_at_the_entry(tmp_path):
   assert result.returncode == 2
   assert f'{tmp_path}/sub/nowhere has no checkpoints/ directory' in result.stderr
   assert not (tmp_path / '~').exists()
+
+
+def test_an_export_removes_what_an_interrupted_export_left_and_keeps_a_live_ones(
+    imported, tmp_path):
+  """Issue 44, item 9: a SIGTERM during export left a hidden .out.tmp-* folder that later
+  exports never removed. Work folders carry their process id; the next export into the
+  same parent removes those whose process is gone."""
+  dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                        capture_output=True, text=True).stdout.strip()
+  stale = tmp_path / f'.out.tmp-{dead}-abc'
+  stale.mkdir()
+  (stale / 'model.safetensors').write_text('half written')
+  live = tmp_path / f'.other.tmp-{os.getpid()}-xyz'
+  live.mkdir()
+  convert_hf.export_hf(str(imported), str(tmp_path / 'out2'))
+  assert not stale.exists() and live.exists()
+  assert sorted(n for n in os.listdir(tmp_path) if n.startswith('.')) == [live.name]

@@ -37,6 +37,7 @@ The functions here are also the workdir helpers of the other converters: `read_p
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 
@@ -330,19 +331,46 @@ def _replace_dir(tmp: str, target: str):
   if not os.path.lexists(target):
     os.rename(tmp, target)
     return
-  import tempfile
-  old = tempfile.mkdtemp(prefix=f'.{os.path.basename(os.path.abspath(target))}.old-',
-                         dir=os.path.dirname(os.path.abspath(target)))
+  old = _temp_dir_beside(target, 'old')
   os.rename(target, os.path.join(old, 'previous'))
   os.rename(tmp, target)
   shutil.rmtree(old, ignore_errors=True)
 
 
-def _temp_dir_beside(target: str) -> str:
+# `.<name>.tmp-<pid>-*` and `.<name>.old-<pid>-*`: the folders an export works in.
+_WORK_DIR = re.compile(r'^\..+\.(tmp|old)-(\d+)-')
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # Someone else's live process.
+    return True
+  return True
+
+
+def remove_stale_work_dirs(parent: str) -> list[str]:
+  """Removes the work folders that an interrupted export left in `parent` (their process is
+  gone); a live export's are kept. Returns what was removed."""
+  removed = []
+  for name in os.listdir(parent) if os.path.isdir(parent) else []:
+    m = _WORK_DIR.match(name)
+    if m and not _pid_alive(int(m.group(2))):
+      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+      removed.append(name)
+      logging.info('removed %s, left by an interrupted export', os.path.join(parent, name))
+  return removed
+
+
+def _temp_dir_beside(target: str, kind: str = 'tmp') -> str:
   import tempfile
   parent = os.path.dirname(os.path.abspath(target))
   os.makedirs(parent, exist_ok=True)
-  return tempfile.mkdtemp(prefix=f'.{os.path.basename(os.path.abspath(target))}.tmp-', dir=parent)
+  remove_stale_work_dirs(parent)
+  return tempfile.mkdtemp(
+      prefix=f'.{os.path.basename(os.path.abspath(target))}.{kind}-{os.getpid()}-', dir=parent)
 
 
 def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
