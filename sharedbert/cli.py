@@ -102,6 +102,29 @@ def user_path(value: str) -> str:
   return os.path.abspath(os.path.expanduser(value))
 
 
+# The config kinds (config.mode) each command takes, and where such a config lives.
+CONFIG_MODES = {
+    'sharedbert.main': ('pretrain', 'finetune', 'study'),
+    'sharedbert.models.params': ('pretrain',),
+    'sharedbert.convert.hf': ('pretrain',),
+    'sharedbert.experiments.study': ('study',),
+    'sharedbert.experiments.uptrain': ('uptrain',),
+    'sharedbert.probe': ('probe',),
+}
+CONFIG_FILES = {'pretrain': 'configs/<variant>_base.py', 'finetune': 'configs/glue.py',
+                'study': 'configs/study.py', 'uptrain': 'configs/uptrain.py',
+                'probe': 'configs/probe.py'}
+
+
+def config_kind_error(module: str, mode) -> str | None:
+  """One line when --config is of a kind the command does not take, else None."""
+  allowed = CONFIG_MODES.get(module)
+  if allowed is None or mode in allowed:
+    return None
+  wanted = ' or '.join(f'a {m} config ({CONFIG_FILES[m]})' for m in allowed)
+  return f'--config is a {mode} config; this command takes {wanted}'
+
+
 def resolve_path_flags() -> None:
   """Resolves every path flag the command defines (`PATH_FLAGS`) in place: a relative
   --workdir crashed GLUE's checkpointing after training, and --workdir=~/x made ./~/x."""
@@ -137,8 +160,13 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
     try:
       rest = FLAGS(argv)
       resolve_path_flags()
-      if 'config' in FLAGS and FLAGS['config'].present:
-        FLAGS.config.get('mode')  # A config file that failed to load raises only when used.
+      if 'config' in FLAGS and (FLAGS['config'].present or FLAGS['config'].value is not None):
+        # A config file that failed to load raises only when used.
+        mode = FLAGS.config.get('mode', 'pretrain') if FLAGS.config is not None else None
+        wrong = config_kind_error(module, mode) if FLAGS.config is not None else None
+        if wrong:
+          print(f'{program}: error: {wrong}', file=sys.stderr)
+          sys.exit(USER_ERROR_EXIT_CODE)
       return rest
     except SystemExit as e:
       # absl prints the help asked for, then exits 1; asking for help is not a failure.

@@ -272,3 +272,18 @@ def test_an_export_removes_what_an_interrupted_export_left_and_keeps_a_live_ones
   convert_hf.export_hf(str(imported), str(tmp_path / 'out2'))
   assert not stale.exists() and live.exists()
   assert sorted(n for n in os.listdir(tmp_path) if n.startswith('.')) == [live.name]
+
+
+@pytest.mark.parametrize('name, args, kind', [
+    ('params', ['--config=configs/glue.py:sst2'], 'finetune'),
+    ('probe', ['--config=configs/shared_base.py:tiny', '--workdir=WORKDIR'], 'pretrain'),
+    ('study', ['--config=configs/glue.py:sst2', '--workdir=WORKDIR'], 'finetune'),
+    ('convert_hf', ['import', '--config=configs/glue.py:sst2', '--hf_dir=WORKDIR/hf',
+                    '--workdir=WORKDIR'], 'finetune')])
+def test_a_config_of_the_wrong_kind_is_one_line_and_writes_nothing(tmp_path, name, args, kind):
+  """Issue 44, item 5: these gave tracebacks (rc 1)."""
+  workdir = tmp_path / 'w'
+  result = command(name, *[a.replace('WORKDIR', str(workdir)) for a in args])
+  program = f'sharedbert {name}'
+  one_line(result, program, f'--config is a {kind} config; this command takes')
+  assert not workdir.exists()
