@@ -169,8 +169,10 @@ def main(argv):
     print(f'sharedbert: error: {e}', file=sys.stderr)
     sys.exit(train.DIVERGED_EXIT_CODE if isinstance(e, train.Diverged) else USER_ERROR_EXIT_CODE)
   except train.Preempted as e:
-    logging.warning('%s', e)
-    sys.exit(train.PREEMPTED_EXIT_CODE)
+    print(f'sharedbert: {e}', file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(e.exit_code)  # 143 for SIGTERM, 130 for Ctrl-C.
 
 
 # Flag and config mistakes: one line and exit 2, before main() runs (sharedbert/cli.py).

@@ -10,6 +10,7 @@ WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -50,11 +51,21 @@ write_config = workdir_lib.write_config
 _sync = workdir_lib.sync
 
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: the scheduler may restart the same command.
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: Ctrl-C, saved like a preemption.
 DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
 
 
 class Preempted(Exception):
-  """Raised after the checkpoint at a preemption has been saved."""
+  """Raised after the checkpoint at a preemption (SIGTERM) or a Ctrl-C (SIGINT) has been
+  saved; `signum` says which."""
+
+  def __init__(self, message: str, signum: int = signal.SIGTERM):
+    super().__init__(message)
+    self.signum = signum
+
+  @property
+  def exit_code(self) -> int:
+    return INTERRUPTED_EXIT_CODE if self.signum == signal.SIGINT else PREEMPTED_EXIT_CODE
 
 
 class Diverged(UserError):
@@ -83,22 +94,29 @@ class _SignalFlag:
     self.raised = False
     self._previous = None
 
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)  # A preemption, and Ctrl-C.
+
   def __enter__(self):
+    self.signum = None
+    self._previous = {}
     if not self.enabled:
       return self
     try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
+      for signum in self.SIGNALS:
+        self._previous[signum] = signal.signal(signum, self._handle)
     except ValueError:  # Not the main thread (e.g. some notebook runners): no handler.
-      self._previous = None
+      self._previous = {}
     return self
 
   def _handle(self, signum, frame):
-    logging.warning('SIGTERM received: saving a checkpoint at the end of this step')
+    name = 'Ctrl-C (SIGINT)' if signum == signal.SIGINT else 'SIGTERM'
+    logging.warning('%s received: saving a checkpoint at the end of this step', name)
     self.raised = True
+    self.signum = self.signum or signum
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
 
 
 def _mean_metrics(history: list[dict]) -> dict:
@@ -224,7 +242,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   validation.workdir(workdir)
   set_aside = check_workdir(config, workdir)  # Only reads, so a refusal leaves no lock file.
   with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
-    return _train(config, workdir, set_aside_old_run=set_aside)
+    # Ctrl-C or SIGTERM before the first step (vocabulary, state, compilation) stops the
+    # run cleanly where it is: nothing was trained, so nothing is saved.
+    with _SignalFlag(enabled=jax.process_count() == 1) as early:
+      return _train(config, workdir, set_aside_old_run=set_aside, early=early)
 
 
 def _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chief):
@@ -259,7 +280,7 @@ def _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chie
   return resumed
 
 
-def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
+def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict:
   """The run: vocabulary, state, resume, compile, the loop, summary.
 
   Longer than the house's ~80 lines on purpose: the loop's helpers (save, check_streak,
@@ -317,6 +338,11 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
     ckpt.close()
     return {'step': start_step}
 
+  if early is not None and early.raised:
+    ckpt.close()
+    what = 'interrupted' if early.signum == signal.SIGINT else 'preempted'
+    raise Preempted(f'{what} before the first step: nothing to save; run the same command '
+                    'to start', early.signum)
   step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
                                config.optim.grad_accum_steps)
   run_start = time.time()
@@ -326,8 +352,9 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
   meta = {'model': model_cfg.to_dict(), 'vocab_size': data.tokenizer.vocab_size,
           'seed': config.seed, 'batch_size': d.batch_size}
   last = {}
-  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules), _SignalFlag(
-      enabled=jax.process_count() == 1) as sigterm:
+  signals = (contextlib.nullcontext(early) if early is not None
+             else _SignalFlag(enabled=jax.process_count() == 1))
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules), signals as sigterm:
     # Compile once, ahead of the loop, and say what it costs.
     t0 = time.time()
     first = sharding.global_batch(next(batches), mesh)
@@ -432,10 +459,11 @@ def _train(config, workdir: str, *, set_aside_old_run: bool) -> dict:
       if ckpt.should_save(done) or final or preempted:
         saved = save(done)
       if preempted:
-        stop(Preempted(f'preempted at step {done}; checkpoint saved in {ckpt.directory}'
-                       if saved else f'preempted at step {done}, inside {streak} '
-                       f'non-finite step(s): not saved, and {kept()}; run again to resume '
-                       'from it'))
+        what = 'interrupted' if sigterm.signum == signal.SIGINT else 'preempted'
+        stop(Preempted(f'{what} at step {done}; checkpoint saved in {ckpt.directory}; run '
+                       'the same command to resume' if saved else f'{what} at step {done}, '
+                       f'inside {streak} non-finite step(s): not saved, and {kept()}; run '
+                       'again to resume from it', sigterm.signum or signal.SIGTERM))
       if final and not saved:
         # The run ends without a good state: that is not success.
         stop(Diverged(f'the last {streak} step(s) (up to step {done}, the last) had a '

@@ -300,3 +300,44 @@ def test_a_run_stopped_part_way_down_its_schedule_resumes_along_it(setup, tmp_pa
         parts)
   assert deterministic(records(parts)) == deterministic(records(whole))
   assert records(whole)[-1]['step'] == 12
+
+
+def _traceback_free(stderr: str) -> bool:
+  return 'Traceback' not in stderr and 'Segmentation fault' not in stderr
+
+
+def test_ctrl_c_during_training_saves_and_exits_130_then_resumes(setup, tmp_path):
+  """Issue 44, item 2: a real SIGINT to a real run mid-training saves like SIGTERM (it
+  printed a 52-line traceback and saved nothing) and exits 130 with one line."""
+  root, corpus, env = setup
+  run_dir, log = tmp_path / 'run', tmp_path / 'run.log'
+  proc = start(command(corpus, run_dir, *CHAIN), env, log)
+  wait_until(lambda: records(run_dir), proc, log, 'the first log line')
+  proc.send_signal(signal.SIGINT)
+  assert proc.wait(timeout=TIMEOUT) == 130, log.read_text()[-3000:]
+  text = log.read_text()
+  assert _traceback_free(text), text[-3000:]
+  line = [l for l in text.splitlines() if l.startswith('sharedbert: interrupted at step ')]
+  assert len(line) == 1, text[-3000:]
+  at = int(line[0].split('interrupted at step ')[1].split(';')[0])
+  assert steps(run_dir)[-1] == at
+  rerun = subprocess.run(command(corpus, run_dir, *CHAIN), cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=TIMEOUT)
+  assert rerun.returncode == 0 and f'Resuming from the checkpoint at step {at}' in rerun.stderr
+
+
+def test_ctrl_c_before_the_first_step_exits_130_without_a_traceback(setup, tmp_path):
+  """SIGINT while the run builds its state and compiles (it segfaulted, rc 139): one line,
+  exit 130, nothing trained and nothing saved."""
+  root, corpus, env = setup
+  run_dir, log = tmp_path / 'run', tmp_path / 'run.log'
+  env = dict(env, JAX_COMPILATION_CACHE_DIR=str(tmp_path / 'cold_cache'))  # A real compile.
+  proc = start(command(corpus, run_dir, *CHAIN), env, log)
+  wait_until(lambda: 'Model: ' in log.read_text(), proc, log, 'the Model: line')
+  proc.send_signal(signal.SIGINT)
+  code = proc.wait(timeout=TIMEOUT)
+  text = log.read_text()
+  assert code == 130, text[-3000:]
+  assert _traceback_free(text), text[-3000:]
+  assert len([l for l in text.splitlines() if l.startswith('sharedbert: interrupted')]) == 1
+  assert not records(run_dir) or max(r['step'] for r in records(run_dir)) <= 1
