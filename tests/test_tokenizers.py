@@ -161,3 +161,22 @@ def test_import_refuses_missing_unsupported_and_oversized_vocabularies(tmp_path)
   with pytest.raises(UserError, match='100 tokens but the word embedding has 99 rows'):
     convert_hf.import_hf(str(hf), str(tmp_path / 'w'))
   assert sorted(os.listdir(tmp_path)) == ['hf']  # Nothing written, not even a temp dir.
+
+
+@pytest.mark.parametrize('damage', ['empty', 'random', 'truncated'])
+def test_a_damaged_vocab_model_is_one_error_naming_it(sentencepiece, tmp_path, damage):
+  """Issue 44, item 5: an empty, random or truncated vocab.model gave a sentencepiece
+  traceback in a resume, a GLUE init_from or an export (all load it through here)."""
+  import numpy as np
+  from sharedbert.errors import UserError
+  tok, _ = sentencepiece
+  good = tmp_path / 'good.model'
+  tokenizer_lib.save(tok, str(good))
+  data = good.read_bytes()
+  path = tmp_path / 'vocab.model'
+  path.write_bytes({'empty': b'',
+                    'random': np.random.default_rng(0).bytes(len(data)),
+                    'truncated': data[:len(data) // 3]}[damage])
+  with pytest.raises(UserError, match=f'the vocabulary {path} is (empty|damaged)'):
+    tokenizer_lib.load(str(path))
+  assert tokenizer_lib.load(str(good)).vocab_size == tok.vocab_size

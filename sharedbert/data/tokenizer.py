@@ -389,8 +389,23 @@ def _train_sentencepiece(documents, model, vocab_size, model_type, max_sentences
 
 
 def load(path: str) -> SentencePieceTokenizer:
+  """The sentencepiece vocabulary at `path`; a damaged file (empty, truncated, not a
+  sentencepiece model) is one UserError naming it."""
   with paths.gfile().GFile(path, 'rb') as f:
-    return SentencePieceTokenizer(f.read())
+    data = f.read()
+  if not data:
+    raise UserError(f'the vocabulary {path} is empty; restore it from a copy of the run (its '
+                    'checkpoints need the same vocabulary) or start a new workdir')
+  try:
+    return SentencePieceTokenizer(data)
+  except UserError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # sentencepiece says RuntimeError ('Internal: ... ParseFromArray') for any broken proto.
+    raise UserError(f'the vocabulary {path} is damaged and does not load as a sentencepiece '
+                    f'model ({str(e).strip().splitlines()[0][:120]}); restore it from a copy '
+                    'of the run (its checkpoints need the same vocabulary) or start a new '
+                    'workdir') from None
 
 
 def _write_atomic(path: str, data: bytes):
