@@ -287,3 +287,12 @@ def test_a_config_of_the_wrong_kind_is_one_line_and_writes_nothing(tmp_path, nam
   program = f'sharedbert {name}'
   one_line(result, program, f'--config is a {kind} config; this command takes')
   assert not workdir.exists()
+
+
+def test_bench_refuses_an_undecodable_out_md_before_any_work(tmp_path):
+  """Issue 44, item 5: a non-UTF-8 --out_md ran the whole benchmark, then crashed."""
+  bad = tmp_path / 'bad.md'
+  bad.write_bytes(b'\xff\xfe\x00 not text')
+  result = command('bench', f'--out_md={bad}', f'--out_json={tmp_path}/b.json')
+  one_line(result, 'sharedbert bench', f'--out_md={bad} is not UTF-8 text')
+  assert not (tmp_path / 'b.json').exists() and bad.read_bytes() == b'\xff\xfe\x00 not text'

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from sharedbert.bench.sizes import GIB
+from sharedbert.errors import UserError
 
 MARK_BEGIN, MARK_END = '<!-- bench:begin -->', '<!-- bench:end -->'
 
@@ -108,14 +109,27 @@ def render_markdown(results: dict) -> str:
   return '\n'.join(lines)
 
 
+def read_markdown(path: str) -> str:
+  """The Markdown file the results go into ('' when missing); a file that is not UTF-8
+  text is one UserError, said before any benchmark runs (check_markdown)."""
+  if not os.path.exists(path):
+    return ''
+  try:
+    with open(path, encoding='utf-8') as f:
+      return f.read()
+  except UnicodeDecodeError as e:
+    raise UserError(f'--out_md={path} is not UTF-8 text ({e.reason} at byte {e.start}); '
+                    'name a Markdown file, or a new one') from None
+
+
 def write_markdown(path: str, body: str):
   """Replaces the text between the bench markers in `path` (created if missing)."""
   block = f'{MARK_BEGIN}\n{body}\n{MARK_END}'
-  text = open(path).read() if os.path.exists(path) else '# Benchmarks\n\n'
+  text = read_markdown(path) or '# Benchmarks\n\n'
   if MARK_BEGIN in text and MARK_END in text:
     head, rest = text.split(MARK_BEGIN, 1)
     text = head + block + rest.split(MARK_END, 1)[1]
   else:
     text = text.rstrip('\n') + '\n\n' + block + '\n'
-  with open(path, 'w') as f:
+  with open(path, 'w', encoding='utf-8') as f:
     f.write(text)

@@ -57,7 +57,7 @@ from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
 from sharedbert.bench.memory import largest_fitting_batch, memory_budget_bytes, step_memory_fn
-from sharedbert.bench.report import render_markdown, write_markdown
+from sharedbert.bench.report import read_markdown, render_markdown, write_markdown
 from sharedbert.bench.sizes import (BERT_BASE, GIB, SIZES, Size, bench_config, memory_bytes,
                                     step_parts, synthetic_batch)
 
@@ -509,6 +509,8 @@ def main(argv):
   for flag in ('out_json', 'out_md'):  # Where the results go: writable, before any timing.
     if getattr(FLAGS, flag):
       validation.output_file(getattr(FLAGS, flag), f'--{flag}')
+  if FLAGS.out_md:
+    read_markdown(FLAGS.out_md)  # Decodes, or one line now rather than after the run.
   hf_python = FLAGS.hf_python or default_hf_python()
   if hf_python.lower() == 'none':
     hf_python = ''
