@@ -296,3 +296,20 @@ def test_bench_refuses_an_undecodable_out_md_before_any_work(tmp_path):
   result = command('bench', f'--out_md={bad}', f'--out_json={tmp_path}/b.json')
   one_line(result, 'sharedbert bench', f'--out_md={bad} is not UTF-8 text')
   assert not (tmp_path / 'b.json').exists() and bad.read_bytes() == b'\xff\xfe\x00 not text'
+
+
+@pytest.mark.parametrize('name', ['uptrain', 'conversion'])
+def test_an_encoder_that_is_no_bert_is_refused_before_anything_is_created(tmp_path, name):
+  """Issue 44, item 5: `uptrain --encoder=<a GPT-2 folder>` refused in one line but had
+  already created W/conversion/."""
+  encoder = tmp_path / 'gpt2'
+  encoder.mkdir()
+  (encoder / 'config.json').write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2}')
+  (tmp_path / 'data' / 'corpus').mkdir(parents=True)
+  (tmp_path / 'data' / 'glue' / 'STS-B').mkdir(parents=True)
+  workdir = tmp_path / 'w'
+  result = command(name, f'--encoder={encoder}', f'--data={tmp_path}/data',
+                   f'--workdir={workdir}')
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+  assert not workdir.exists()

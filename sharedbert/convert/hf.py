@@ -373,6 +373,21 @@ def _temp_dir_beside(target: str, kind: str = 'tmp') -> str:
       prefix=f'.{os.path.basename(os.path.abspath(target))}.{kind}-{os.getpid()}-', dir=parent)
 
 
+def check_hf_dir(hf_dir: str) -> ModelConfig:
+  """What import_hf checks of a Hugging Face directory before it writes (the config is a BERT
+  layout, the tokenizer a WordPiece vocabulary of its size), without the tensors; for
+  commands that import later but must refuse before they create anything."""
+  if not os.path.isdir(hf_dir):
+    raise UserError(f'{hf_dir} is not a folder; pass a Hugging Face model directory')
+  config_path = os.path.join(hf_dir, 'config.json')
+  if not os.path.isfile(config_path):
+    raise UserError(f'{config_path} does not exist; --hf_dir must be a directory that '
+                    'save_pretrained wrote')
+  model_cfg = model_config_from_hf(_read_json(config_path), config_path)
+  read_hf_tokenizer(hf_dir, model_cfg)
+  return model_cfg
+
+
 def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   """Hugging Face directory -> sharedbert workdir; returns notes for the user.
 

@@ -139,6 +139,8 @@ def run(encoder: str, data: str, workdir: str) -> str:
                      (os.path.join(data, 'glue', 'STS-B'), '--data')):
     if not os.path.isdir(path):
       raise UserError(f'{what}: {path} is not a folder')
+  from sharedbert.convert import hf as convert_hf
+  convert_hf.check_hf_dir(encoder)  # A folder that is no BERT: refused before W/ exists.
   t0 = time.time()
   os.makedirs(workdir, exist_ok=True)
   convert_all(encoder, data, workdir)

@@ -553,6 +553,9 @@ def run(config, encoder: str, data: str, workdir: str, summary_path: str = '', *
                      (os.path.join(data, 'glue', 'STS-B'), '--data')):
     if not os.path.isdir(path):
       raise UserError(f'{what}: {path} is not a folder')
+  if not report_only:  # A folder that is no BERT is refused before W/ is created.
+    from sharedbert.convert import hf as convert_hf
+    convert_hf.check_hf_dir(encoder)
   t0 = time.time()
   if report_only:
     if not os.path.isdir(os.path.join(workdir, 'arms')):
