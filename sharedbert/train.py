@@ -165,6 +165,29 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
                     'run aside and start over')
 
 
+def data_identity(config) -> dict:
+  """What makes a run's data: the corpus (a local path resolved) and its held-out share.
+  Saved with every checkpoint; a resume on other data is refused (_check_same_data)."""
+  corpus = str(config.data.corpus)
+  if corpus and corpus != 'demo' and not corpus.startswith('tfds:') and '://' not in corpus:
+    corpus = os.path.realpath(os.path.expanduser(corpus))
+  return {'corpus': corpus, 'eval_fraction': float(config.data.eval_fraction)}
+
+
+def _check_same_data(meta: dict, config, workdir: str):
+  saved = meta.get('data')
+  if saved is None:  # Checkpoints from before the data was recorded, or imported ones.
+    return
+  now = data_identity(config)
+  diffs = [f'{k}: checkpoint {saved.get(k)!r} vs config {now[k]!r}' for k in now
+           if k in saved and saved[k] != now[k]]
+  if diffs:
+    raise UserError(f'the checkpoint in {workdir} was trained on other data ({"; ".join(diffs)}): '
+                    'resuming would keep its vocabulary and change the held-out set mid-curve; '
+                    'use another --workdir, or pass --config.restart=True to set the old run '
+                    'aside and start over')
+
+
 # What a run leaves in its workdir; config.restart moves these of the old run aside.
 RUN_OUTPUTS = (checkpoint_lib.CHECKPOINT_DIR, 'metrics.jsonl', 'tensorboard',
                *tokenizer_lib.VOCAB_FILES, 'config.json', 'summary.json')
@@ -217,6 +240,7 @@ def check_workdir(config, workdir: str) -> bool:
     if found is not None:
       try:
         _check_compatible(found[1], model_cfg, workdir)
+        _check_same_data(found[1], config, workdir)
       except UserError:
         if not config.restart:
           raise
@@ -350,7 +374,7 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
   batches = prefetch(data.train.batches(start_step))
   tokens_per_step = d.batch_size * d.seq_len
   meta = {'model': model_cfg.to_dict(), 'vocab_size': data.tokenizer.vocab_size,
-          'seed': config.seed, 'batch_size': d.batch_size}
+          'seed': config.seed, 'batch_size': d.batch_size, 'data': data_identity(config)}
   last = {}
   signals = (contextlib.nullcontext(early) if early is not None
              else _SignalFlag(enabled=jax.process_count() == 1))

@@ -313,3 +313,34 @@ def test_an_encoder_that_is_no_bert_is_refused_before_anything_is_created(tmp_pa
   assert result.returncode == 2, result.stderr[-2000:]
   assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
   assert not workdir.exists()
+
+
+def test_resuming_on_another_corpus_is_refused_unless_restart(tmp_path, monkeypatch):
+  """Issue 44, item 8: a resume with another corpus kept the old vocabulary and switched
+  the held-out set mid-curve. The data is part of the run's identity, like the model."""
+  import jax.numpy as jnp
+  import ml_collections
+  from sharedbert import checkpoint as checkpoint_lib
+  from sharedbert import config as sb_config
+  from sharedbert import train
+  from sharedbert.models.bert import ModelConfig
+  (tmp_path / 'a').mkdir()
+  (tmp_path / 'b').mkdir()
+  config = sb_config.pretrain_config('shared', 'tiny')
+  config.data.corpus = str(tmp_path / 'a')
+  workdir = tmp_path / 'run'
+  ckpt = checkpoint_lib.Checkpointer(str(workdir), ml_collections.ConfigDict(
+      dict(every_steps=1, max_to_keep=1, async_save=False)))
+  ckpt.save(1, {'w': jnp.zeros(3)}, {'model': ModelConfig.from_config(config.model).to_dict(),
+                                     'data': train.data_identity(config)})
+  ckpt.wait()
+  ckpt.close()
+  assert train.check_workdir(config, str(workdir)) is False  # The same data resumes.
+  monkeypatch.chdir(tmp_path)
+  config.data.corpus = 'a'  # The same folder typed relative: still the same data.
+  assert train.check_workdir(config, str(workdir)) is False
+  config.data.corpus = str(tmp_path / 'b')
+  with pytest.raises(UserError, match='was trained on other data .*corpus'):
+    train.check_workdir(config, str(workdir))
+  config.restart = True
+  assert train.check_workdir(config, str(workdir)) is True
