@@ -137,6 +137,12 @@ def _size_text(n: float) -> str:
   return f'{n / 2**20:.1f} MiB' if n < 2**30 else f'{n / 2**30:.2f} GiB'
 
 
+class Unrestorable(UserError):
+  """No step of the workdir restores. Tensorstore's readers of the damaged steps may still
+  hold coroutines; a normal interpreter exit prints thousands of lines about them, so the
+  command exits at once after its one line (sharedbert.main)."""
+
+
 class DamagedCheckpoint(Exception):
   """A step that restores but is not what was saved, or not finite."""
 
@@ -268,8 +274,8 @@ class Checkpointer:
         logging.warning('restored checkpoint %d instead of the damaged later step(s) %s',
                         s, ', '.join(str(d) for d in self.damaged_steps))
       return out['state'], out['meta'], s
-    raise UserError(f'no checkpoint in {self.directory} could be restored ({"; ".join(errors)}); '
-                    f'move {self.directory} away to start over, or use another --workdir')
+    raise Unrestorable(f'no checkpoint in {self.directory} could be restored ({"; ".join(errors)}); '
+                       f'move {self.directory} away to start over, or use another --workdir')
 
   def wait(self):
     """Blocks until the save in flight has finished; raises WriteFailed if it failed."""

@@ -167,7 +167,13 @@ def main(argv):
     if FLAGS.verbose:
       raise
     print(f'sharedbert: error: {e}', file=sys.stderr)
-    sys.exit(train.DIVERGED_EXIT_CODE if isinstance(e, train.Diverged) else USER_ERROR_EXIT_CODE)
+    code = train.DIVERGED_EXIT_CODE if isinstance(e, train.Diverged) else USER_ERROR_EXIT_CODE
+    if isinstance(e, checkpoint_lib.Unrestorable):
+      # Nothing was written; skip the interpreter's teardown of tensorstore's readers.
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(code)
+    sys.exit(code)
   except train.Preempted as e:
     print(f'sharedbert: {e}', file=sys.stderr)
     sys.stdout.flush()

@@ -341,3 +341,28 @@ def test_ctrl_c_before_the_first_step_exits_130_without_a_traceback(setup, tmp_p
   assert _traceback_free(text), text[-3000:]
   assert len([l for l in text.splitlines() if l.startswith('sharedbert: interrupted')]) == 1
   assert not records(run_dir) or max(r['step'] for r in records(run_dir)) <= 1
+
+
+def test_every_checkpoint_damaged_is_one_line_on_a_clean_stderr(setup, tmp_path):
+  """Issue 44, item 7: the right one-line error came buried in 3,503 lines of
+  'Exception ignored in coroutine ... TensorStore'."""
+  root, corpus, env = setup
+  run_dir = tmp_path / 'run'
+  short = ['--config.total_steps=3', '--config.log_every_steps=1', '--config.ckpt.every_steps=3',
+           '--config.eval_every_steps=3', '--config.ckpt.max_to_keep=1']
+  first = subprocess.run(command(corpus, run_dir, *short), cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=TIMEOUT)
+  assert first.returncode == 0, first.stderr[-3000:]
+  for step in steps(run_dir):
+    for path in (run_dir / 'checkpoints' / str(step) / 'state').rglob('*'):
+      if path.is_file() and path.stat().st_size > 0:
+        with open(path, 'r+b') as f:
+          f.truncate(path.stat().st_size // 2)
+  again = subprocess.run(command(corpus, run_dir, '--config.total_steps=6', *short[1:]),
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+  assert again.returncode == 2, again.stderr[-3000:]
+  assert error_lines(again.stderr)[0].startswith(
+      f'sharedbert: error: no checkpoint in {run_dir}/checkpoints could be restored')
+  noise = [l for l in again.stderr.splitlines() if 'coroutine' in l or 'Traceback' in l]
+  assert not noise, again.stderr[-3000:]
+  assert len(again.stderr.splitlines()) < 40, again.stderr[-3000:]
