@@ -7,22 +7,52 @@ traceback.
 """
 
 import contextlib
+import errno
 import sys
 
 USER_ERROR_EXIT_CODE = 2
+WRITE_FAILED_EXIT_CODE = 4  # A file could not be written: a full disk, a quota, read-only.
+# The OS errors of a write that cannot succeed, whatever library reports them.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+_WRITE_WORDS = ('No space left on device', 'Disk quota exceeded', 'Read-only file system')
 
 
 class UserError(Exception):
   """A problem with the user's input, explained in one line."""
 
 
+def write_failure(error: BaseException) -> str | None:
+  """The OS's words when `error` (or what caused it) is a write the disk refused, else None.
+  Libraries wrap it differently (safetensors: 'No space left on device (os error 28)')."""
+  while error is not None:
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
+      return f'{error.strerror}' + (f': {error.filename}' if error.filename else '')
+    for words in _WRITE_WORDS:
+      if words in str(error):
+        return words
+    error = error.__cause__ or error.__context__
+  return None
+
+
 @contextlib.contextmanager
 def one_line_errors(program: str, verbose: bool = False):
-  """Turns a UserError raised inside into `PROGRAM: error: ...` on stderr and exit 2."""
+  """Turns a UserError raised inside into `PROGRAM: error: ...` on stderr and exit 2, and a
+  write the disk refused (full, quota, read-only) into one line and exit 4, as in
+  pretraining (the command removes its own temporary files before the error reaches here)."""
   try:
     yield
   except UserError as e:
     if verbose:
       raise
     print(f'{program}: error: {e}', file=sys.stderr)
-    sys.exit(USER_ERROR_EXIT_CODE)
+    sys.exit(WRITE_FAILED_EXIT_CODE if type(e).__name__ == 'WriteFailed'
+             else USER_ERROR_EXIT_CODE)
+  except Exception as e:  # pylint: disable=broad-except
+    reason = write_failure(e)
+    if verbose or reason is None:
+      raise
+    print(f'{program}: error: could not write: {reason}; free some space (or fix the '
+          'permissions), then run the same command again', file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(WRITE_FAILED_EXIT_CODE)

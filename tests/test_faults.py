@@ -344,3 +344,21 @@ def test_resuming_on_another_corpus_is_refused_unless_restart(tmp_path, monkeypa
     train.check_workdir(config, str(workdir))
   config.restart = True
   assert train.check_workdir(config, str(workdir)) is True
+
+
+def test_export_onto_a_full_disk_is_one_line_exit_4_and_leaves_nothing(imported, tmp_path):
+  """Issue 44, item 6: an export onto a full disk ended in a SafetensorError traceback."""
+  import shutil
+  from test_write_failures import _mount_tmpfs
+  disk = tmp_path / 'disk'
+  if not _mount_tmpfs(disk, '64k'):
+    pytest.skip('cannot mount a tmpfs here (needs root); CI runs as root')
+  try:
+    result = command('convert_hf', 'export', f'--workdir={imported}', f'--hf_dir={disk}/out')
+    assert result.returncode == 4, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        'sharedbert convert_hf: error: could not write: No space left on device'), lines
+    assert os.listdir(disk) == []  # Neither the export nor its temporary folder.
+  finally:
+    subprocess.run(['umount', str(disk)], capture_output=True)
