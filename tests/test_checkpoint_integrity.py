@@ -52,7 +52,7 @@ def test_fingerprint_sees_one_flipped_bit_and_non_finite_values():
   sums, finite = checkpoint_lib.fingerprint(state)
   assert finite and len(sums) == len(jax.tree.leaves(state))
   w = np.asarray(state['params']['w']).copy()
-  w.view(np.uint32)[5, 7] ^= 1 << 3
+  w.view(np.uint32)[5, 7] ^= 1 << 3  # One bit.
   changed = dict(state, params=dict(state['params'], w=jnp.asarray(w)))
   assert checkpoint_lib.fingerprint(changed)[0] != sums
   meta = {checkpoint_lib.FINGERPRINT_KEY: sums}

