@@ -155,7 +155,7 @@ def write_figures(summary: dict, workdir: str) -> list[str]:
   return written
 
 
-def render(config, summary: dict) -> str:
+def render(config, summary: dict, figures: tuple[str, ...] = (HORIZON_PNG, CURVES_PNG)) -> str:
   L = config.long
   lines = [f'# The long study ({config.preset}): the gap past the first steps, and why', '']
   if summary['runs_left']:
@@ -166,7 +166,8 @@ def render(config, summary: dict) -> str:
             f'0..{int(L.longest_seeds) - 1} at {max(L.horizons):,} steps) with 95% t '
             f'intervals. Rates and `shared`\'s init were chosen on seed {L.selection_seed}, '
             'which no verdict uses.', '',
-            '## Horizon', '', f'![horizon]({HORIZON_PNG})', '', horizon_sentence(summary), '']
+            '## Horizon', '', *([f'![horizon]({HORIZON_PNG})', ''] if HORIZON_PNG in figures
+                                else []), horizon_sentence(summary), '']
   h = summary['horizon']
   lines += ['| steps | tokens | ' + ' | '.join(f'{v} loss (lr)' for v in L.horizon_variants)
             + ' | shared - standard [95%] |', '|' + '---|' * (len(L.horizon_variants) + 3)]
@@ -227,7 +228,8 @@ def render(config, summary: dict) -> str:
     chosen = (f'{e["chosen"]["lr"]:g}' + (f' {e["chosen"]["init"]}' if 'init' in
               (e['chosen'] or {}) else '')) if e['chosen'] else 'pending'
     lines.append(f'| {name} | {losses} | {chosen} | {"yes" if e["bracketed"] else "no"} |')
-  lines += ['', '## Held-out curves', '', f'![curves]({CURVES_PNG})', '',
+  lines += ['', '## Held-out curves', '',
+            f'![curves]({CURVES_PNG})' if CURVES_PNG in figures else 'No verdict run yet.', '',
             f'Training time summed over finished runs: {summary["wall_s"] / 3600:.2f} core-hours '
             '(wall time of each run, two at a time).', '']
   return '\n'.join(lines)
@@ -236,8 +238,8 @@ def render(config, summary: dict) -> str:
 def write_report(config, workdir: str) -> str:
   summary = study_long.analyse(config, workdir)
   jsonio.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
-  write_figures(summary, workdir)
+  figures = tuple(os.path.basename(p) for p in write_figures(summary, workdir))
   path = os.path.join(workdir, REPORT_FILE)
   with open(path, 'w', encoding='utf-8') as f:
-    f.write(render(config, summary))
+    f.write(render(config, summary, figures))
   return path
