@@ -97,6 +97,19 @@ def _tokens(n: int) -> str:
   return f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.0f}k'
 
 
+def _finish(plt, fig, ax, path: str, xlabel: str, ylabel: str, title: str) -> str:
+  """Log-scale tokens on x, labels, legend; saves and closes the figure; returns its path."""
+  ax.set_xscale('log')
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
 def write_figures(summary: dict, workdir: str) -> list[str]:
   """The horizon figure (gap against tokens, with the fitted line) and the held-out curves."""
   import matplotlib
@@ -119,16 +132,10 @@ def write_figures(summary: dict, workdir: str) -> list[str]:
       ax.plot(xs, fit['intercept'] + fit['slope_per_doubling'] * np.log2(xs), '--',
               label=f'fit: {fit["slope_per_doubling"]:+.3f} nats / doubling')
     ax.axhline(0.0, color='gray', lw=0.8)
-    ax.set_xscale('log')
-    ax.set_xlabel('tokens seen (each run its own full schedule)')
-    ax.set_ylabel('held-out MLM loss gap (nats)')
-    ax.set_title('shared vs standard against training length')
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(workdir, HORIZON_PNG)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    written.append(_finish(plt, fig, ax, os.path.join(workdir, HORIZON_PNG),
+                           'tokens seen (each run its own full schedule)',
+                           'held-out MLM loss gap (nats)',
+                           'shared vs standard against training length'))
   curves = summary.get('curves', {})
   if curves:
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -142,16 +149,9 @@ def write_figures(summary: dict, workdir: str) -> list[str]:
       steps, loss = zip(*curve)
       ax.plot(np.asarray(steps) * summary['tokens_per_step'], loss, color=colour, lw=0.8,
               alpha=0.7, label=label)
-    ax.set_xscale('log')
-    ax.set_xlabel('tokens seen')
-    ax.set_ylabel('held-out MLM loss (nats)')
-    ax.set_title('held-out loss along every verdict run (horizon variants)')
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(workdir, CURVES_PNG)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    written.append(_finish(plt, fig, ax, os.path.join(workdir, CURVES_PNG), 'tokens seen',
+                           'held-out MLM loss (nats)',
+                           'held-out loss along every verdict run (horizon variants)'))
   return written
 
 
