@@ -307,7 +307,7 @@ def _traceback_free(stderr: str) -> bool:
   return 'Traceback' not in stderr and 'Segmentation fault' not in stderr
 
 
-def test_ctrl_c_during_training_saves_and_exits_130_then_resumes(setup, tmp_path):
+def test_ctrl_c_during_training_saves_at_its_step_and_exits_130(setup, tmp_path):
   """Issue 44, item 2: a real SIGINT to a real run mid-training saves like SIGTERM (it
   printed a 52-line traceback and saved nothing) and exits 130 with one line."""
   root, corpus, env = setup
