@@ -141,6 +141,21 @@ class DamagedCheckpoint(Exception):
   """A step that restores but is not what was saved, or not finite."""
 
 
+def check_free_space(directory: str, state: Any, what: str, then: str) -> None:
+  """Refuses (WriteFailed) a save of `state` that cannot fit on a local filesystem: orbax
+  writes about the state's bytes (OCDBT compresses a little), before it removes the
+  checkpoints it rotates out; a save that fails part-way prints tensorstore's noise."""
+  if '://' in directory:
+    return  # Object stores: their failures are caught where orbax reports them.
+  need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, 'nbytes')) + 2**20
+  free = shutil.disk_usage(_existing_dir(directory)).free
+  if free < need:
+    raise WriteFailed(
+        f'could not write {what} to {directory}: {os.strerror(errno.ENOSPC)} '
+        f'({_size_text(free)} free, it needs about {_size_text(need)}); free some space or '
+        f'move the workdir, {then}')
+
+
 class Checkpointer:
   """A CheckpointManager with the save policy from `config.ckpt`."""
 
@@ -189,7 +204,8 @@ class Checkpointer:
     """Starts saving `step` (finished in the background when ckpt.async_save is on).
     Raises WriteFailed when it cannot be written, or an earlier save failed."""
     self.wait()  # An earlier save's failure is that save's, and is said as such.
-    self._check_free_space(step, state)
+    check_free_space(self.directory, state, f'checkpoint {step}',
+                     'then run the same command to resume')
     meta = {**meta, FINGERPRINT_KEY: fingerprint(state)[0]}
     try:
       saved = self.manager.save(
@@ -204,20 +220,6 @@ class Checkpointer:
     what = f'checkpoint {step}' if step is not None else 'a checkpoint'
     return WriteFailed(f'could not write {what} to {self.directory}: '
                        f'{write_failure_reason(error)}')
-
-  def _check_free_space(self, step: int, state: Any):
-    """Refuses a save that cannot fit on a local filesystem: orbax writes about the state's
-    bytes (OCDBT compresses a little), before it removes the checkpoints it rotates out."""
-    if '://' in self.directory:
-      return  # Object stores: their failures are caught where orbax reports them.
-    need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, 'nbytes')) + 2**20
-    free = shutil.disk_usage(_existing_dir(self.directory)).free
-    if free < need:
-      raise WriteFailed(
-          f'could not write checkpoint {step} to {self.directory}: '
-          f'{os.strerror(errno.ENOSPC)} ({_size_text(free)} free, the checkpoint needs about '
-          f'{_size_text(need)}); free some space or move the workdir, then run the same '
-          'command to resume')
 
   def poll(self):
     """Raises WriteFailed if an asynchronous save has ended in failure (cheap: called after

@@ -18,6 +18,7 @@ from absl import flags
 from absl import logging
 from ml_collections.config_flags import config_path
 
+from sharedbert import interrupts
 from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
 
 FLAGS = flags.FLAGS
@@ -218,6 +219,7 @@ def usage() -> str:
 def command(argv: list[str] | None = None) -> None:
   """The `sharedbert` console script: runs the subcommand's module as `python -m` would."""
   import runpy
+  interrupts.quit_at_once('sharedbert')
   argv = list(sys.argv if argv is None else argv)
   first = argv[1] if len(argv) > 1 else ''
   if first in ('', '-h', '--help', '-help', 'help'):

@@ -8,7 +8,10 @@ traceback.
 
 import contextlib
 import errno
+import os
 import sys
+
+from sharedbert import interrupts
 
 USER_ERROR_EXIT_CODE = 2
 WRITE_FAILED_EXIT_CODE = 4  # A file could not be written: a full disk, a quota, read-only.
@@ -36,17 +39,25 @@ def write_failure(error: BaseException) -> str | None:
 
 @contextlib.contextmanager
 def one_line_errors(program: str, verbose: bool = False):
-  """Turns a UserError raised inside into `PROGRAM: error: ...` on stderr and exit 2, and a
+  """Turns a UserError raised inside into `PROGRAM: error: ...` on stderr and exit 2, a
   write the disk refused (full, quota, read-only) into one line and exit 4, as in
-  pretraining (the command removes its own temporary files before the error reaches here)."""
+  pretraining (the command removes its own temporary files before the error reaches here),
+  and Ctrl-C or SIGTERM into a stop at the next step boundary: one line, exit 130 or 143
+  (sharedbert.interrupts)."""
   try:
-    yield
+    with interrupts.stop_on_signals():
+      yield
   except UserError as e:
     if verbose:
       raise
     print(f'{program}: error: {e}', file=sys.stderr)
     sys.exit(WRITE_FAILED_EXIT_CODE if type(e).__name__ == 'WriteFailed'
              else USER_ERROR_EXIT_CODE)
+  except interrupts.Stopped as e:
+    _exit_now(f'{program}: {e}', e.exit_code)
+  except KeyboardInterrupt:  # A second Ctrl-C: at once, whatever was running.
+    _exit_now(f'{program}: stopped by a second Ctrl-C; finished work is kept; run the same '
+              'command again to go on', interrupts.INTERRUPTED_EXIT_CODE)
   except Exception as e:  # pylint: disable=broad-except
     reason = write_failure(e)
     if verbose or reason is None:
@@ -56,3 +67,13 @@ def one_line_errors(program: str, verbose: bool = False):
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(WRITE_FAILED_EXIT_CODE)
+
+
+def _exit_now(line: str, code: int):
+  """Prints `line` and exits with `code` without the interpreter's teardown: writer or
+  compiler threads still running would print their own tracebacks (or crash) on the way
+  out; what the command keeps is on disk already."""
+  print(line, file=sys.stderr)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)

@@ -17,6 +17,7 @@ configs/glue.py). Exit codes:
   4    a checkpoint or the metrics could not be written (disk full, no permission, a
        quota): stopped at once, with one line on stderr; the last finalised checkpoint is
        kept, and the same command resumes from it once there is room.
+  130  stopped by Ctrl-C (SIGINT): saved as at a preemption, below.
   143  preempted (SIGTERM, or orbax's preemption notice) after saving a checkpoint at the
        current step: run the same command again to resume.
 A run killed outright (SIGKILL, a lost node) resumes from its last checkpoint when the
@@ -24,6 +25,10 @@ same command is run again.
 """
 
 from __future__ import annotations
+
+if __name__ == '__main__':  # First: a Ctrl-C while the imports below load is one line.
+  from sharedbert import interrupts as _interrupts
+  _interrupts.quit_at_once('sharedbert')
 
 import glob
 import importlib.util
@@ -36,6 +41,8 @@ from absl import logging
 from ml_collections import config_flags
 
 from sharedbert import cli
+from sharedbert import errors
+from sharedbert import interrupts
 from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
 
 WRITE_FAILED_EXIT_CODE = 4
@@ -152,8 +159,9 @@ def main(argv):
   from sharedbert import checkpoint as checkpoint_lib
   from sharedbert import train
   try:
-    _init_distributed()
-    run(FLAGS.config, FLAGS.workdir)
+    with interrupts.stop_on_signals():
+      _init_distributed()
+      run(FLAGS.config, FLAGS.workdir)
   except checkpoint_lib.WriteFailed as e:
     if FLAGS.verbose:
       raise
@@ -174,11 +182,26 @@ def main(argv):
       sys.stderr.flush()
       os._exit(code)
     sys.exit(code)
-  except train.Preempted as e:
+  except interrupts.Stopped as e:  # Pretraining's train.Preempted, or a GLUE or study stop.
     print(f'sharedbert: {e}', file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(e.exit_code)  # 143 for SIGTERM, 130 for Ctrl-C.
+  except OSError as e:  # A write the disk refused outside a checkpoint (GLUE's files).
+    reason = errors.write_failure(e)
+    if FLAGS.verbose or reason is None:
+      raise
+    print(f'sharedbert: error: could not write: {reason}; free some space (or fix the '
+          'permissions), then run the same command again', file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(WRITE_FAILED_EXIT_CODE)
+  except KeyboardInterrupt:  # A second Ctrl-C: at once, whatever was running.
+    print('sharedbert: stopped by a second Ctrl-C; finished work is kept; run the same '
+          'command again to go on', file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(interrupts.INTERRUPTED_EXIT_CODE)
 
 
 # Flag and config mistakes: one line and exit 2, before main() runs (sharedbert/cli.py).

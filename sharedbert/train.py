@@ -25,6 +25,7 @@ from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.utils import jsonio
 from sharedbert import optim as optim_lib
 from sharedbert import sharding
+from sharedbert import interrupts
 from sharedbert.config import checks as config_checks
 from sharedbert.config import validation
 from sharedbert.utils import workdir as workdir_lib
@@ -32,13 +33,13 @@ from sharedbert.utils import reporting
 from sharedbert.utils import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
-from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
+from sharedbert.data.pretrain import PretrainData, batch_shapes, max_predictions, prefetch
 from sharedbert.errors import UserError
 from sharedbert.utils.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from sharedbert.optim import all_finite
-from sharedbert.pretrain_step import (create_train_state, jit_steps, restore_state,
+from sharedbert.pretrain_step import (abstract_state, create_train_state, jit_steps, restore_state,
                                       state_shardings)
 
 # The optimizer (sharedbert/optim.py), under the names the callers of this module use.
@@ -50,22 +51,14 @@ make_optimizer = optim_lib.make_optimizer
 write_config = workdir_lib.write_config
 _sync = workdir_lib.sync
 
-PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: the scheduler may restart the same command.
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: Ctrl-C, saved like a preemption.
+PREEMPTED_EXIT_CODE = interrupts.PREEMPTED_EXIT_CODE      # SIGTERM: a scheduler may restart.
+INTERRUPTED_EXIT_CODE = interrupts.INTERRUPTED_EXIT_CODE  # Ctrl-C, saved like a preemption.
 DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
 
 
-class Preempted(Exception):
+class Preempted(interrupts.Stopped):
   """Raised after the checkpoint at a preemption (SIGTERM) or a Ctrl-C (SIGINT) has been
   saved; `signum` says which."""
-
-  def __init__(self, message: str, signum: int = signal.SIGTERM):
-    super().__init__(message)
-    self.signum = signum
-
-  @property
-  def exit_code(self) -> int:
-    return INTERRUPTED_EXIT_CODE if self.signum == signal.SIGINT else PREEMPTED_EXIT_CODE
 
 
 class Diverged(UserError):
@@ -101,6 +94,8 @@ class _SignalFlag:
     self._previous = {}
     if not self.enabled:
       return self
+    if interrupts.requested():  # Seen by the command's own handler before this one.
+      self.raised, self.signum = True, interrupts.requested()
     try:
       for signum in self.SIGNALS:
         self._previous[signum] = signal.signal(signum, self._handle)
@@ -320,6 +315,17 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
                optim_lib.clamp_note(config.optim, config.total_steps)):
     if note:
       logging.warning(note)
+  model = BertForPretraining(model_cfg)
+  tx, schedule = make_optimizer(config.optim, config.total_steps)
+  d = config.data
+  rng = jax.random.key(config.seed)
+  init_rng, dropout_rng = jax.random.split(rng)
+  shardings = state_shardings(model, tx, mesh, axis_rules, d.seq_len, max_predictions(d))
+  step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
+                               config.optim.grad_accum_steps)
+  # Compiled before anything is written, so that a step that cannot fit is refused first.
+  compiled = _compile_step(step_fn, model, tx, shardings, d, mesh, axis_rules)
+
   tf.io.gfile.makedirs(workdir)
   if set_aside_old_run and is_chief:
     _set_aside_old_run(workdir)
@@ -334,13 +340,6 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
       wait_for_vocab=lambda: _sync('vocab'))
   if is_chief:
     write_config(config, workdir)
-  model = BertForPretraining(model_cfg)
-  tx, schedule = make_optimizer(config.optim, config.total_steps)
-  d = config.data
-  rng = jax.random.key(config.seed)
-  init_rng, dropout_rng = jax.random.split(rng)
-
-  shardings = state_shardings(model, tx, mesh, axis_rules, d.seq_len, max_predictions(d))
   resumed = _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chief)
   if resumed is None:
     state, _ = create_train_state(model, tx, init_rng, mesh, axis_rules, d.seq_len,
@@ -367,8 +366,6 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
     what = 'interrupted' if early.signum == signal.SIGINT else 'preempted'
     raise Preempted(f'{what} before the first step: nothing to save; run the same command '
                     'to start', early.signum)
-  step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
-                               config.optim.grad_accum_steps)
   run_start = time.time()
 
   batches = prefetch(data.train.batches(start_step))
@@ -379,13 +376,7 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
   signals = (contextlib.nullcontext(early) if early is not None
              else _SignalFlag(enabled=jax.process_count() == 1))
   with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules), signals as sigterm:
-    # Compile once, ahead of the loop, and say what it costs.
-    t0 = time.time()
     first = sharding.global_batch(next(batches), mesh)
-    compiled = step_fn.lower(state, first).compile()
-    mem = compiled.memory_analysis()
-    logging.info('Compiled the train step in %.1fs%s', time.time() - t0,
-                 f'; device memory: {_memory_text(mem)}' if mem is not None else '')
     history = list(pending_metrics)
     interval_start, interval_steps = time.time(), 0
     batch = first
@@ -537,6 +528,62 @@ def write_summary(workdir: str, last: dict, examples: list[dict], train_seconds:
                  'frequent token (the floor) scores %.4f. Written to %s',
                  last['eval_mlm_accuracy'], last.get('eval_masked_tokens', 0),
                  last['eval_majority_accuracy'], path)
+
+
+def _compile_step(step_fn, model, tx, shardings, d, mesh, axis_rules):
+  """The train step compiled once, for the state's and a global batch's shapes; logs what
+  it took and its device memory, and refuses (UserError) a step that cannot fit."""
+  logging.info('Compiling the train step')
+  t0 = time.time()
+  state = abstract_state(shardings, model, tx, d.seq_len, max_predictions(d))
+  batch_sharding = sharding.batch_sharding(mesh)
+  batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding) for k, (shape, dtype)
+           in batch_shapes(d.batch_size, d.seq_len, max_predictions(d)).items()}
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    compiled = step_fn.lower(state, batch).compile()
+  mem = compiled.memory_analysis()
+  logging.info('Compiled the train step in %.1fs%s', time.time() - t0,
+               f'; device memory: {_memory_text(mem)}' if mem is not None else '')
+  _check_memory(mem, d.batch_size)
+  return compiled
+
+
+def _check_memory(mem, batch_size: int) -> None:
+  """Refuses a step whose compiled memory analysis needs more than a device has free: it
+  would fail at its first step (RESOURCE_EXHAUSTED) or push the host into swap."""
+  if mem is None:
+    return
+  try:
+    need = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+            + mem.temp_size_in_bytes)
+  except AttributeError:
+    return
+  device = jax.local_devices()[0]
+  free, where = memory_available(device)
+  if free is None or need <= free:
+    return
+  gib = 1 << 30
+  raise UserError(
+      f'the train step needs about {need / gib:.1f} GiB per device (compiled memory analysis: '
+      f'{_memory_text(mem)}) but {where} has {free / gib:.1f} GiB free; lower '
+      f'data.batch_size (now {batch_size}), or raise optim.grad_accum_steps to split it')
+
+
+def memory_available(device) -> tuple[int | None, str]:
+  """(bytes a device can still allocate, its name): an accelerator's allocator limit less
+  what is in use; on CPU, the host's available memory shared by its CPU devices."""
+  if device.platform != 'cpu':
+    stats = device.memory_stats() or {}
+    if 'bytes_limit' not in stats:
+      return None, str(device)
+    return stats['bytes_limit'] - stats.get('bytes_in_use', 0), str(device)
+  try:
+    with open('/proc/meminfo') as f:
+      fields = dict(line.split(':', 1) for line in f)
+    available = int(fields['MemAvailable'].split()[0]) * 1024
+  except (OSError, KeyError, ValueError):
+    return None, 'the host'
+  return available // max(1, jax.local_device_count()), 'each CPU device (host memory)'
 
 
 def _memory_text(mem) -> str:

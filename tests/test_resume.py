@@ -331,7 +331,8 @@ def test_ctrl_c_before_the_first_step_exits_130_without_a_traceback(setup, tmp_p
   root, corpus, env = setup
   run_dir, log = tmp_path / 'run', tmp_path / 'run.log'
   proc = start(command(corpus, run_dir, *CHAIN), env, log)
-  wait_until(lambda: 'Model: ' in log.read_text(), proc, log, 'the Model: line')
+  wait_until(lambda: 'Compiling the train step' in log.read_text(), proc, log,
+             'the compilation')
   proc.send_signal(signal.SIGINT)
   code = proc.wait(timeout=TIMEOUT)
   text = log.read_text()

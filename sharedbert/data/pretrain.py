@@ -63,6 +63,14 @@ def max_predictions(data_cfg) -> int:
   return max(1, math.ceil(round(data_cfg.mask_rate * data_cfg.seq_len, 6)))
 
 
+def batch_shapes(global_batch: int, seq_len: int, max_predictions_: int) -> dict:
+  """{key: (shape, dtype)} of a global batch as mask_rows makes it (to compile ahead)."""
+  tokens, masked = (global_batch, seq_len), (global_batch, max_predictions_)
+  return {'input_ids': (tokens, np.int32), 'segment_ids': (tokens, np.int32),
+          'input_mask': (tokens, np.int32), 'masked_positions': (masked, np.int32),
+          'masked_ids': (masked, np.int32), 'masked_weights': (masked, np.float32)}
+
+
 def mask_rows(rows: np.ndarray, keys: np.ndarray, *, seed: int, mask_rate: float,
               max_predictions: int, vocab_size: int,
               special_ids: tuple = tuple(range(NUM_SPECIAL)), mask_id: int = MASK_ID,

@@ -46,6 +46,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from sharedbert import interrupts
 from sharedbert.utils import jsonio
 from sharedbert.utils import paths
 from sharedbert.utils import workers as workers_lib
@@ -288,6 +289,7 @@ class Trainer:
     curve = [self._eval_point(state.params, eval_data, 0, None)]
     train_s = 0.0
     for c in range(chunks):
+      interrupts.check('finished probe runs are kept; the interrupted one starts over')
       data = train_chunk(config, task, seed, c)
       t0 = time.time()
       state, losses = self.run_chunk(state, data)

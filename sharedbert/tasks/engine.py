@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sharedbert import interrupts
 from sharedbert import optim as optim_lib
 from sharedbert import sharding
 
@@ -179,7 +180,8 @@ def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, bat
   """One epoch: the rows in the order of default_rng([seed, epoch]), `batch_size` a step
   (the last step padded with rows of weight 0), `state, loss = step_fn(state, batch)`.
 
-  `on_step(done, losses)` runs after each step (logging, timing the first). Returns
+  `on_step(done, losses)` runs after each step (logging, timing the first); a Ctrl-C or
+  SIGTERM stops after the step (interrupts.check). Returns
   (state, losses as device arrays), so that nothing waits on a step's loss.
   """
   n = len(next(iter(arrays.values())))
@@ -192,6 +194,7 @@ def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, bat
     losses.append(loss)
     if on_step is not None:
       on_step(i + 1, losses)
+    interrupts.check('finished runs are kept; the interrupted one starts over')
   return state, losses
 
 

@@ -276,13 +276,8 @@ class TaskRun:
       epochs.append(record)
       first = dev[spec.dev_splits[0]]
       if manager is not None:
-        manager.save(epoch, args=ocp.args.Composite(
-            params=ocp.args.PyTreeSave(state.params),
-            meta=ocp.args.JsonSave({'epoch': epoch, 'score': float(first['score']),
-                                    'dev': record['dev']})),
-                     metrics={'score': float(first['score'])})
-        # Before the next step donates (frees) these parameters.
-        manager.wait_until_finished()
+        self._save_model(manager, seed_dir, seed, epoch, state.params, record['dev'],
+                         float(first['score']))
       if c.eval.select_best_epoch and (
           best is None or first['score'] > best[1][spec.dev_splits[0]]['score']):
         best = (epoch, dev, jax.tree.map(jnp.copy, state.params))
@@ -326,6 +321,29 @@ class TaskRun:
     for split, v in dev.items():
       record['dev'][split]['predictions'] = v['predictions']
     return record
+
+  def _save_model(self, manager, seed_dir: str, seed: int, epoch: int, params, dev: dict,
+                  score: float):
+    """The epoch's model; a write the disk refuses is one WriteFailed (exit 4), with the
+    partial checkpoint removed (the seed starts over when the command is run again)."""
+    directory = os.path.join(seed_dir, checkpoint_lib.CHECKPOINT_DIR)
+    then = 'then run the same command again (finished seeds are kept)'
+    checkpoint_lib.check_free_space(directory, params,
+                                    f'the {self.spec.name} seed {seed} model of epoch {epoch}',
+                                    then)
+    try:
+      manager.save(epoch, args=ocp.args.Composite(
+          params=ocp.args.PyTreeSave(params),
+          meta=ocp.args.JsonSave({'epoch': epoch, 'score': score, 'dev': dev})),
+                   metrics={'score': score})
+      manager.wait_until_finished()  # Before the next step donates (frees) these params.
+    except Exception as e:  # pylint: disable=broad-except
+      for partial in tf.io.gfile.glob(os.path.join(directory, '*.orbax-checkpoint-tmp*')):
+        tf.io.gfile.rmtree(partial)
+      raise checkpoint_lib.WriteFailed(
+          f'could not write the {self.spec.name} seed {seed} model of epoch {epoch} to '
+          f'{directory}: {checkpoint_lib.write_failure_reason(e)}; free some space, {then}'
+      ) from e
 
   def _write_seed(self, seed_dir: str, record: dict, dev: dict, test_predictions: dict):
     """The seed's dev predictions, submission files and, last, metrics.json."""

@@ -10,8 +10,13 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import signal
 from typing import Any, Callable, Iterable
 
+from sharedbert import interrupts
+
+
+KEPT = 'finished runs are kept, interrupted ones resume from their checkpoints'
 
 # The process that started this worker (set by init_worker; None outside a worker).
 _PARENT_PID = None
@@ -20,10 +25,11 @@ _PARENT_PID = None
 def init_worker(counter, cache_dir: str, verbosity: int | None = None,
                 parent_pid: int | None = None) -> None:
   """A worker process: one core of its own, dies with its parent (SIGTERM, which train.py
-  answers by checkpointing), the parent's compilation cache and log verbosity (so that
-  the runs' progress and ETA lines reach the parent's log)."""
-  import signal
+  answers by checkpointing), signals only flagged (interrupts.flag_only), the parent's
+  compilation cache and log verbosity (so that the runs' progress and ETA lines reach the
+  parent's log)."""
   global _PARENT_PID
+  interrupts.flag_only()
   _PARENT_PID = parent_pid
   with counter.get_lock():
     index = counter.value
@@ -97,6 +103,7 @@ def run_growing(next_jobs: Callable[[], list], fn: Callable, args_of: Callable[[
 
   if max(1, int(workers)) == 1:
     while (job := pick()) is not None:
+      interrupts.check(KEPT)
       on_start(job)
       on_done(job, fn(*args_of(job)))
     return
@@ -109,21 +116,40 @@ def run_growing(next_jobs: Callable[[], list], fn: Callable, args_of: Callable[[
                                               initargs=(counter, cache, _verbosity(),
                                                         os.getpid())) as pool:
     running = {}
+    forwarded = False
     while True:
-      while len(running) < int(workers) and (job := pick()) is not None:
+      while (len(running) < int(workers) and not interrupts.requested()
+             and (job := pick()) is not None):
         on_start(job)
         running_jobs.append(job)
         running[pool.submit(call_if_parent_alive, fn, *args_of(job))] = job
       if not running:
-        return
-      finished, _ = concurrent.futures.wait(running, return_when='FIRST_COMPLETED')
+        break
+      finished, _ = concurrent.futures.wait(running, timeout=1.0,
+                                            return_when='FIRST_COMPLETED')
+      if interrupts.requested() and not forwarded:
+        # A Ctrl-C at a terminal reaches the workers too; `kill -INT` of this process
+        # alone does not: pass it on, so that the running jobs save and stop.
+        _forward(interrupts.requested())
+        forwarded = True
       for future in finished:
         job = running.pop(future)
         running_jobs.remove(job)
         try:
           result = future.result()
         except Exception as e:
+          if interrupts.requested():
+            continue  # Stopped by the signal; the job saved what it keeps.
           for f in running:
             f.cancel()
           raise RuntimeError(f'{describe(job)} failed: {e}') from e
         on_done(job, result)
+  interrupts.check(KEPT)
+
+
+def _forward(signum: int) -> None:
+  for child in multiprocessing.active_children():
+    try:
+      os.kill(child.pid, signum)
+    except ProcessLookupError:
+      pass

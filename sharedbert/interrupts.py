@@ -1,0 +1,108 @@
+"""Ctrl-C and SIGTERM as a stop at the next step boundary, in every command that trains.
+
+The signal handler only sets a flag: Python runs handlers between bytecodes of the main
+thread, so a flag set during XLA compilation is seen after it, where raising in the
+middle of it (Python's default KeyboardInterrupt) crashed the interpreter. Loops call
+`check()` at their step boundaries; it raises `Stopped`, which every command prints as one
+line and exits 130 (Ctrl-C) or 143 (SIGTERM) (errors.one_line_errors, sharedbert.main).
+What a command keeps is its own: pretraining saves a checkpoint (train.py has its own
+handler for that); GLUE keeps its finished seeds; the study and the probes their finished
+runs. A second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT.
+PREEMPTED_EXIT_CODE = 143    # 128 + SIGTERM: a scheduler may restart the same command.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_received: list[int] = []  # The signals seen since stop_on_signals was entered.
+
+
+def signal_name(signum: int) -> str:
+  return 'Ctrl-C (SIGINT)' if signum == signal.SIGINT else 'SIGTERM'
+
+
+class Stopped(Exception):
+  """A run stopped by a signal after saving what it keeps; `signum` says which."""
+
+  def __init__(self, message: str, signum: int = signal.SIGTERM):
+    super().__init__(message)
+    self.signum = signum
+
+  def __reduce__(self):  # Across processes (a worker's stop) with its signal.
+    return type(self), (str(self), self.signum)
+
+  @property
+  def exit_code(self) -> int:
+    return INTERRUPTED_EXIT_CODE if self.signum == signal.SIGINT else PREEMPTED_EXIT_CODE
+
+
+def _handle(signum, frame):
+  del frame
+  if signum == signal.SIGINT and signal.SIGINT in _received:
+    raise KeyboardInterrupt  # The second Ctrl-C: the user does not want to wait.
+  _received.append(signum)
+
+
+def quit_at_once(program: str) -> None:
+  """Until a command enters stop_on_signals (while Python loads and the flags are read,
+  before anything is written), Ctrl-C quits with one line and exit 130, not a traceback
+  from whatever import it lands in."""
+  def handle(signum, frame):
+    del signum, frame
+    print(f'{program}: stopped by Ctrl-C before any work began', file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(INTERRUPTED_EXIT_CODE)
+  if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGINT, handle)
+
+
+def _record(signum, frame):
+  del frame
+  _received.append(signum)
+
+
+def flag_only() -> None:
+  """In a worker process: signals only set the flag, for good (its parent, which also
+  forwards them, decides when to stop; a KeyboardInterrupt in an idle worker would print a
+  traceback)."""
+  _received.clear()
+  for s in SIGNALS:
+    signal.signal(s, _record)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+  """Within: SIGINT and SIGTERM set the flag that check() reads (main thread only; in any
+  other thread, e.g. some notebook runners, Python keeps its own handling)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = {s: signal.signal(s, _handle) for s in SIGNALS}
+  _received.clear()
+  try:
+    yield
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+
+
+def requested() -> int | None:
+  """The first signal received within stop_on_signals, or None."""
+  return _received[0] if _received else None
+
+
+def check(kept: str) -> None:
+  """Raises Stopped if a signal was received; `kept` says what a rerun finds (e.g. 'the
+  finished seeds are kept')."""
+  signum = requested()
+  if signum is not None:
+    raise Stopped(f'stopped by {signal_name(signum)}; {kept}; run the same command again to '
+                  'go on', signum)

@@ -1,0 +1,165 @@
+"""Ctrl-C, full disks and oversized batches outside pretraining's loop (issue 44, items 2, 5
+and 6): real signals to real processes, a real small tmpfs, a real compiled step."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from sharedbert import train
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.errors import UserError
+from test_finetune import sst2_dir, tiny_pretrain_config  # noqa: F401 (a fixture)
+from test_write_failures import _mount_tmpfs
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=str(REPO))
+TIMEOUT = 240
+
+
+@pytest.fixture
+def untrained(tmp_path):
+  """A pretraining workdir with its config and vocabulary (GLUE from_scratch needs no more)."""
+  workdir = tmp_path / 'untrained'
+  workdir.mkdir()
+  train.write_config(tiny_pretrain_config(tmp_path), str(workdir))
+  docs = (tmp_path / 'corpus.txt').read_text().split('\n\n')
+  tokenizer_lib.save(tokenizer_lib.train(docs, 64, max_sentences=1000),
+                     str(workdir / tokenizer_lib.VOCAB_FILE))
+  return workdir
+
+
+def glue_command(untrained, glue_dir, workdir, *extra):
+  return [sys.executable, '-m', 'sharedbert.main', '--config=configs/glue.py:task=sst2,seeds=2',
+          f'--config.init_from={untrained}', '--config.from_scratch=True',
+          f'--config.data.glue_dir={glue_dir}', f'--workdir={workdir}', *extra]
+
+
+def start(cmd, log):
+  return subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=open(log, 'w'),
+                          stderr=subprocess.STDOUT)
+
+
+def wait_for(text, proc, log, timeout=TIMEOUT):
+  deadline = time.time() + timeout
+  while text not in log.read_text():
+    assert proc.poll() is None, log.read_text()[-3000:]
+    assert time.time() < deadline, f'no {text!r} in time'
+    time.sleep(0.05)
+
+
+def stopped_in_one_line(proc, log, program='sharedbert'):
+  code = proc.wait(timeout=TIMEOUT)
+  text = log.read_text()
+  assert code == 130, text[-3000:]
+  assert 'Traceback' not in text and 'Segmentation fault' not in text, text[-3000:]
+  lines = [l for l in text.splitlines() if l.startswith(f'{program}: ')]
+  assert len(lines) == 1 and 'stopped by Ctrl-C' in lines[0], text[-3000:]
+  return lines[0]
+
+
+def test_ctrl_c_while_fine_tuning_stops_at_a_step_and_the_rerun_finishes(
+    untrained, sst2_dir, tmp_path):
+  """It printed a traceback (GLUE had no handler); now: after the step, one line, exit 130,
+  and the same command finishes the run."""
+  workdir, log = tmp_path / 'ft', tmp_path / 'ft.log'
+  cmd = glue_command(untrained, sst2_dir, workdir, '--config.num_epochs=40',
+                     '--config.log_every_steps=1')
+  proc = start(cmd, log)
+  wait_for('seed 0 epoch 1: step 2/', proc, log)
+  proc.send_signal(signal.SIGINT)
+  line = stopped_in_one_line(proc, log)
+  assert 'finished runs are kept' in line
+  assert not (workdir / 'sst2' / 'seed_0' / 'metrics.json').exists()
+  done = subprocess.run(glue_command(untrained, sst2_dir, workdir, '--config.num_epochs=1'),
+                        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=TIMEOUT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert (workdir / 'sst2' / 'seed_1' / 'metrics.json').exists()
+
+
+def test_ctrl_c_before_fine_tuning_compiles_or_while_it_loads_is_one_line(
+    untrained, sst2_dir, tmp_path):
+  """While Python loads (quit_at_once) and while the first step compiles (the flag is read
+  after it): one line, exit 130, no traceback, no segfault."""
+  for wait_text in ('', 'train examples'):
+    workdir, log = tmp_path / f'ft{len(wait_text)}', tmp_path / f'ft{len(wait_text)}.log'
+    proc = start(glue_command(untrained, sst2_dir, workdir), log)
+    if wait_text:
+      wait_for(wait_text, proc, log)
+    else:
+      time.sleep(1.0)  # Inside the imports.
+    proc.send_signal(signal.SIGINT)
+    stopped_in_one_line(proc, log)
+
+
+WORKERS = textwrap.dedent('''
+    import sys, time
+    from sharedbert import interrupts
+    from sharedbert.errors import one_line_errors
+    from sharedbert.utils import workers
+
+    def job(n):
+      for _ in range(n * 20):  # A training loop: a step, then the check.
+        time.sleep(0.05)
+        interrupts.check('finished jobs are kept')
+      return n
+
+    if __name__ == '__main__':
+      with one_line_errors('toy'):
+        workers.run_all([1, 600, 600], job, lambda n: (n,), workers=2,
+                        on_done=lambda n, r: print('done', r, flush=True))
+''')
+
+
+def test_ctrl_c_to_the_parent_alone_reaches_its_workers(tmp_path):
+  """`kill -INT` of a study's parent did nothing while its workers trained on: the parent
+  now passes the signal on, keeps what finished and exits 130 in one line."""
+  script, log = tmp_path / 'toy.py', tmp_path / 'toy.log'
+  script.write_text(WORKERS)
+  proc = start([sys.executable, str(script)], log)
+  wait_for('done 1', proc, log)
+  time.sleep(1.0)  # The long jobs are running.
+  proc.send_signal(signal.SIGINT)
+  started = time.time()
+  line = stopped_in_one_line(proc, log, program='toy')
+  assert time.time() - started < 30  # Not the 30 s a long job would take to finish.
+  assert 'finished runs are kept' in line
+  assert 'done 600' not in log.read_text()
+
+
+def test_fine_tuning_onto_a_full_disk_is_one_line_exit_4_and_leaves_no_partial_checkpoint(
+    untrained, sst2_dir, tmp_path):
+  """It ended in 152 lines ('sys.meta_path is None') with a partial checkpoint left."""
+  disk = tmp_path / 'disk'
+  if not _mount_tmpfs(disk, '300k'):  # Room for the config and vocabulary, not a model.
+    pytest.skip('cannot mount a tmpfs here (needs root); CI runs as root')
+  try:
+    done = subprocess.run(glue_command(untrained, sst2_dir, disk / 'ft', '--config.num_epochs=1'),
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 4, done.stderr[-3000:]
+    errors = [l for l in done.stderr.splitlines() if not l[:1] in 'IW']
+    assert len(errors) == 1 and errors[0].startswith(
+        'sharedbert: error: could not write the sst2 seed 0 model of epoch 1 to '), errors
+    assert 'No space left on device' in errors[0]
+    assert not list(disk.rglob('*orbax-checkpoint-tmp*'))
+  finally:
+    subprocess.run(['umount', str(disk)], capture_output=True)
+
+
+def test_a_step_that_cannot_fit_is_refused_before_the_workdir_is_written(tmp_path,
+                                                                         monkeypatch):
+  """The compiled step's own memory analysis against what the device has (here a device
+  said to have 1 KiB free): one line naming both, and no workdir."""
+  monkeypatch.setattr(train, 'memory_available', lambda device: (1024, 'the test device'))
+  config = tiny_pretrain_config(tmp_path)
+  workdir = tmp_path / 'run'
+  with pytest.raises(UserError, match=r'the train step needs about .* GiB per device \(compiled '
+                     r'memory analysis: .*temporaries .*\) but the test device has 0.0 GiB free; '
+                     r'lower data.batch_size \(now 8\)'):
+    train.train_and_evaluate(config, str(workdir))
+  assert not workdir.exists()
