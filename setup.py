@@ -11,6 +11,8 @@ setup(
     long_description_content_type='text/markdown',
     python_requires='>=3.10',
     packages=find_packages(include=['sharedbert', 'sharedbert.*']),
+    # The PyTorch code a custom-code export ships beside its weights (not imported here).
+    package_data={'sharedbert.convert': ['remote_code/*.py']},
     install_requires=[
         'jax>=0.7,<0.13',
         'flax>=0.12,<0.13',

@@ -14,7 +14,11 @@ has them, and point --sharedbert_python at one that has sharedbert:
 - Bert- or RobertaPreLayerNormForSequenceClassification (a fine-tuned
   WORKDIR/<task>/seed_<s>): logits of `AutoModelForSequenceClassification` vs
   `sharedbert.restore(seed_dir).logits`.
-Prints the figures; exits 1 if ids differ or logits differ by more than 1e-5.
+- the MLM logits of AutoModelForMaskedLM at every position of a padded batch against
+  sharedbert's.
+Custom-code exports (every variant but standard, `convert_hf export`) load with
+trust_remote_code=True, which the tool always passes. Prints the figures; exits 1 if ids
+or the fill-mask top 5 differ, or logits differ by more than 1e-5 (classifier) or 1e-4 (MLM).
 """
 
 from __future__ import annotations
@@ -47,6 +51,14 @@ out = {'ids': run.tokenizer.encode(args['sentences'])}
 if hasattr(run, 'fill_mask'):
   out['fill'] = [[(g['token_id'], g['score']) for g in run.fill_mask(t)] for t in args['masked']]
   out['unanswerable'] = np.flatnonzero(~run.answerable()).tolist()
+  # MLM logits at every position of a padded batch, for the largest difference.
+  ids = run._tokenize(args['sentences'], None)
+  mask = (ids != run.tokenizer.pad_id).astype(np.int32)
+  positions = np.tile(np.arange(ids.shape[1]), (len(ids), 1))
+  logits = run.model.apply({'params': run.params}, ids, np.zeros_like(ids), mask,
+                           positions)['mlm_logits']
+  out['batch'] = ids.tolist()
+  out['mlm_logits'] = np.asarray(logits).tolist()
 else:
   out['logits'] = run.logits(args['sentences']).tolist()
 print('JSON' + json.dumps(out))
@@ -92,9 +104,14 @@ def main():
     if a != b:
       print(f'  differ: {s[:60]!r}: sharedbert {a[:12]} transformers {b[:12]}')
 
-  config = transformers.AutoConfig.from_pretrained(args.hf_dir)
+  # Harmless for transformers' own architectures; needed for sharedbert's custom code.
+  remote = {'trust_remote_code': True}
+  config = transformers.AutoConfig.from_pretrained(args.hf_dir, **remote)
+  print(f'model_type {config.model_type}, architectures {config.architectures}'
+        + (f', attention {config.attention_variant}' if config.model_type == 'sharedbert' else ''))
   if any(a.endswith('ForSequenceClassification') for a in (config.architectures or [])):
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(args.hf_dir).eval()
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        args.hf_dir, **remote).eval()
     batch = tok(sentences, padding=True, return_tensors='pt')
     with torch.no_grad():
       logits = model(**batch).logits.numpy()
@@ -107,7 +124,7 @@ def main():
     # top-5 among the same candidates (its scores are over the whole vocabulary, as ours).
     skip = set(ours['unanswerable'])
     fill = transformers.pipeline('fill-mask', model=args.hf_dir, tokenizer=tok,
-                                 top_k=5 + len(skip))
+                                 top_k=5 + len(skip), **remote)
     equal, worst = 0, 0.0
     for text, want in zip(masked, ours['fill']):
       got = [g for g in fill(text.replace('[MASK]', tok.mask_token))
@@ -121,6 +138,14 @@ def main():
     print(f'fill-mask top-5 ids equal on {equal} of {len(masked)} sentences; max score '
           f'difference {worst:.2e}')
     failed |= equal != len(masked)
+    model = transformers.AutoModelForMaskedLM.from_pretrained(args.hf_dir, **remote).eval()
+    ids = torch.tensor(ours['batch'])
+    with torch.no_grad():
+      logits = model(input_ids=ids, attention_mask=(ids != 0).long()).logits.numpy()
+    err = float(np.max(np.abs(logits - np.asarray(ours['mlm_logits']))))
+    print(f'MLM logits (a padded batch of {len(ids)} sentences, every position): max '
+          f'|transformers - sharedbert| = {err:.2e} over {logits.size} values')
+    failed |= err > 1e-4
   if failed:
     sys.exit(1)
   print('OK')

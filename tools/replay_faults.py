@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -87,6 +88,11 @@ def largest_file(folder: pathlib.Path) -> pathlib.Path:
   return max((p for p in folder.rglob('*') if p.is_file()), key=lambda p: p.stat().st_size)
 
 
+def _config(folder: pathlib.Path) -> dict:
+  path = folder / 'config.json'
+  return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
   """(case, its setup) for each fault; setups run just before their case."""
   base = root / 'base'
@@ -108,9 +114,9 @@ def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
       lambda: flip_bytes(largest_file(copy('flipped') / 'checkpoints' / '10' / 'state')))
   # 2. A causal model exported.
   causal = root / 'causal'
-  add(Case('export of a causal model', sharedbert(
-      'convert_hf', 'export', f'--workdir={causal}', f'--hf_dir={root}/causal_hf'), 2,
-      check=lambda r: not (root / 'causal_hf').exists()),
+  add(Case('export of a causal model (custom code with its causal mask)', sharedbert(
+      'convert_hf', 'export', f'--workdir={causal}', f'--hf_dir={root}/causal_hf'), 0,
+      check=lambda r: _config(root / 'causal_hf').get('causal') is True, one_line=False),
       lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2',
                                         '--config.model.causal=true', f'--workdir={causal}'),
                              cwd=REPO, env=ENV, capture_output=True, check=True))
@@ -151,8 +157,10 @@ def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
       check=lambda r: not (root / 'huge').exists()))
   # 9. Export of a model without position embeddings.
   nopos = root / 'nopos'
-  add(Case('export without position embeddings', sharedbert(
-      'convert_hf', 'export', f'--workdir={nopos}', f'--hf_dir={root}/nopos_hf'), 2),
+  add(Case('export without position embeddings (custom code without the table)', sharedbert(
+      'convert_hf', 'export', f'--workdir={nopos}', f'--hf_dir={root}/nopos_hf'), 0,
+      check=lambda r: _config(root / 'nopos_hf').get('position_embeddings') is False,
+      one_line=False),
       lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2',
                                         '--config.model.position_embeddings=false',
                                         f'--workdir={nopos}'),
@@ -167,6 +175,8 @@ def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
     (root / 'gpt2').mkdir()
     (root / 'gpt2' / 'config.json').write_text('{"model_type": "gpt2", "n_embd": 64}')
     (root / 'data' / 'corpus').mkdir(parents=True)
+    (root / 'data' / 'corpus' / 'text.txt').write_text('Some text to train on.\n' * 50)
+    (root / 'data' / 'glue' / 'STS-B').mkdir(parents=True)
   add(Case('uptrain --encoder=<GPT-2 folder>', sharedbert(
       'uptrain', f'--encoder={root}/gpt2', f'--data={root}/data', f'--workdir={root}/up'), 2,
       check=lambda r: not (root / 'up').exists()), gpt2)

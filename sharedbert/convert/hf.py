@@ -54,7 +54,10 @@ import numpy as np
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.config import validation
 from sharedbert.errors import UserError, one_line_errors
+from sharedbert.convert import hf_custom
 from sharedbert.convert import hf_layout
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.tasks import classifiers
 from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_from_model,
                                           hf_from_params,
                                   model_config_from_hf, params_from_hf)
@@ -73,6 +76,8 @@ def _define_flags():
   flags.DEFINE_string('workdir', None, 'The sharedbert workdir (written or read).')
   flags.DEFINE_integer('step', None, 'export: the checkpoint step (default: the latest).')
   flags.DEFINE_bool('overwrite', False, 'export: replace a non-empty --hf_dir whole.')
+  flags.DEFINE_bool('custom_code', False, 'export: write a standard model as sharedbert\'s '
+                    'custom code too (every other variant always is).')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 
 # ---------------------------------------------------------------------------------------
@@ -175,7 +180,6 @@ def write_hf_tokenizer(hf_dir: str, tokenizer, model_max_length: int) -> list[st
   sentencepiece model) and tokenizer_config.json, plus the vocabulary file itself.
   Returns the names written.
   """
-  from sharedbert.data import tokenizer as tokenizer_lib
   hf_tok = tokenizer.to_hf_tokenizer()
   hf_tok.save(os.path.join(hf_dir, 'tokenizer.json'))
   special = tokenizer.special_tokens()
@@ -293,7 +297,6 @@ def _default_recipe():
 
 def read_hf_tokenizer(hf_dir: str, model_cfg: ModelConfig):
   """The WordPiece vocabulary of a Hugging Face BERT directory, checked against the model."""
-  from sharedbert.data import tokenizer as tokenizer_lib
   if not os.path.isfile(os.path.join(hf_dir, tokenizer_lib.WORDPIECE_FILE)):
     others = [n for n in ('tokenizer.json', 'spiece.model', 'sentencepiece.bpe.model',
                           'vocab.json', 'vocab.model') if os.path.isfile(os.path.join(hf_dir, n))]
@@ -395,20 +398,32 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   final place and renamed into it, so a failure leaves no half workdir.
   """
   hf_config, tensors = read_hf_dir(hf_dir)
-  model_cfg = model_config_from_hf(hf_config, os.path.join(hf_dir, 'config.json'))
-  tokenizer = read_hf_tokenizer(hf_dir, model_cfg)
+  where = os.path.join(hf_dir, 'config.json')
+  custom = isinstance(hf_config, dict) and hf_config.get('model_type') == hf_custom.MODEL_TYPE
+  if custom:
+    model_cfg = hf_custom.model_config_from_json(hf_config, where)
+    tokenizer = tokenizer_lib.load_workdir(hf_dir)
+    if tokenizer is None:
+      raise UserError(f'{hf_dir} has no vocab.model or vocab.txt; export it again with '
+                      'sharedbert convert_hf export')
+  else:
+    model_cfg = model_config_from_hf(hf_config, where)
+    tokenizer = read_hf_tokenizer(hf_dir, model_cfg)
   _fresh_dir(workdir, '--workdir')
   config = ml_collections.ConfigDict((config or _default_recipe()).to_dict())
   # The architecture comes from the checkpoint; dtype, remat and the like stay the recipe's.
   hf_model = model_cfg.to_dict()
-  for key in ARCHITECTURE_KEYS:
+  for key in (CUSTOM_KEYS if custom else ARCHITECTURE_KEYS):
     config.model[key] = hf_model[key]
   config.hf_checkpoint = os.path.abspath(hf_dir)
   # The recipe the workdir resumes with, before any write (its seq_len may still need
   # lowering to a small checkpoint's max_position_embeddings: main says so).
   validation.check_table(config, validation.PRETRAIN)
   validation.workdir(workdir)
-  params, notes = params_from_hf(tensors, model_cfg, seed=config.seed)
+  if custom:
+    params, notes = _custom_params(tensors, model_cfg, config.seed, where)
+  else:
+    params, notes = params_from_hf(tensors, model_cfg, seed=config.seed)
   tmp = _temp_dir_beside(workdir)
   try:
     write_checkpoint(tmp, config, params, source=f'huggingface:{os.path.abspath(hf_dir)}',
@@ -418,47 +433,73 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
-  notes.append(f'vocabulary: vocab.txt ({tokenizer.vocab_size} WordPiece tokens, '
-               f'{"lower-cased" if tokenizer.lowercase else "cased"}) and '
-               'tokenizer_config.json, kept as the workdir\'s vocabulary')
+  if tokenizer.kind == 'wordpiece':
+    notes.append(f'vocabulary: vocab.txt ({tokenizer.vocab_size} WordPiece tokens, '
+                 f'{"lower-cased" if tokenizer.lowercase else "cased"}) and '
+                 'tokenizer_config.json, kept as the workdir\'s vocabulary')
+  else:
+    notes.append(f'vocabulary: vocab.model ({tokenizer.vocab_size} sentencepiece pieces), kept '
+                 'as the workdir\'s vocabulary')
   if tokenizer.vocab_size < model_cfg.vocab_size:
     notes.append(f'the embedding has {model_cfg.vocab_size - tokenizer.vocab_size} rows beyond '
                  'the vocabulary; they are kept and never produced by the tokenizer')
   return notes
 
 
+# The model settings a custom-code folder decides (all of the architecture).
+CUSTOM_KEYS = ARCHITECTURE_KEYS + ('causal', 'position_embeddings', 'qk_shared_fraction',
+                                   'masa_atoms', 'masa_projections', 'diag_init',
+                                   'diag_init_scheme', 'pairwise_init_std')
+
+
+def _custom_params(tensors, model_cfg: ModelConfig, seed: int, where: str):
+  """A custom-code folder's tensors as a pretraining tree; a classifier's head is left out
+  and the MLM head, which it lacks, initialised (said in a note)."""
+  notes = []
+  fresh = hf_layout.init_params(model_cfg, seed)
+  tensors = dict(tensors)
+  if any(k.startswith('classifier.') for k in tensors):
+    tensors = {k: v for k, v in tensors.items() if not k.startswith('classifier.')}
+    fresh_head = hf_custom.tensors_from_params({'mlm_head': fresh['mlm_head']})
+    tensors.update(fresh_head)
+    notes.append('a sequence classifier: its encoder is imported, its classifier left out, '
+                 'and the MLM head initialised at random')
+  hf_custom.check_tensors(tensors, fresh, where)
+  params = hf_custom.params_from_tensors(tensors)
+  notes.insert(0, f'{model_cfg.attention} attention, {len(tensors)} tensors, taken as they '
+               'are (sharedbert\'s own names)')
+  return params, notes
+
+
 def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
-              overwrite: bool = False) -> list[str]:
+              overwrite: bool = False, custom_code: bool = False) -> list[str]:
   """sharedbert workdir -> Hugging Face directory; returns notes for the user.
 
-  A pretraining (or imported, or converted) workdir becomes BertForMaskedLM; a fine-tuned
-  seed directory of sharedbert.tasks.finetune (WORKDIR/<task>/seed_<s>)
-  BertForSequenceClassification.
+  A pretraining (or imported, or converted) workdir becomes a masked-LM model; a fine-tuned
+  seed directory of sharedbert.tasks.finetune (WORKDIR/<task>/seed_<s>) a sequence
+  classifier. A `standard` bidirectional model with position embeddings (and a classifier
+  on the [CLS] pooler) is written as transformers' own BertForMaskedLM /
+  RobertaPreLayerNormForMaskedLM (...ForSequenceClassification); every other model, or any
+  with `custom_code`, as the custom code of sharedbert.convert.hf_custom
+  (trust_remote_code=True).
   HF_DIR must be new or empty, unless `overwrite`: then it is replaced whole (no file of
   the old directory stays). Everything is checked and written in a temporary directory
   first, then renamed into place, so a refusal leaves HF_DIR as it was.
   """
-  from sharedbert.tasks import classifiers
-  from sharedbert.data import tokenizer as tokenizer_lib
   head = head_params = None
   if classifiers.is_classifier_dir(workdir):
     head, all_params, step = classifiers.read_classifier(workdir, step)
-    if head.get('pooling', 'cls') != 'cls':
-      raise UserError(f'{workdir} was fine-tuned with pooling={head["pooling"]!r}; Hugging '
-                      "Face's BertForSequenceClassification reads the pooler on [CLS] only "
-                      "(fine-tune with pooling='cls' to export it)")
     model_cfg = ModelConfig.from_config(head['model'])
     params = {'bert': all_params['bert']}
     head_params = all_params['classifier']
-    family = 'RobertaPreLayerNorm' if model_cfg.pre_layer_norm else 'Bert'
-    what = (f'{family}ForSequenceClassification layout: {head["task"]}, {head["num_labels"]} '
-            f'{"output (regression)" if head["is_regression"] else "labels"}')
   else:
     model_cfg, params, _, step = read_params(workdir, step)
-    family = 'RobertaPreLayerNorm' if model_cfg.pre_layer_norm else 'Bert'
-    what = f'{family}ForMaskedLM layout, with the pooler'
-  hf_config_from_model(model_cfg)  # Refuses what neither layout holds, before any work.
-  params = unstack_layers(params)  # Hugging Face's layout is one module per layer.
+  custom = custom_code or needs_custom_code(model_cfg, head)
+  if custom:
+    hf_custom.config_json(model_cfg, head)  # Refuses a variant without PyTorch code.
+  else:
+    hf_config_from_model(model_cfg)
+  params = unstack_layers(params)  # One module per layer, as transformers has them.
   tokenizer = tokenizer_lib.load_workdir(workdir)
   if tokenizer is None:
     raise UserError(f'{workdir} holds no vocabulary (vocab.model or vocab.txt); the export '
@@ -474,12 +515,26 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
   validation.workdir(hf_dir, '--hf_dir')
   tmp = _temp_dir_beside(hf_dir)
   try:
-    write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
+    if custom:
+      write_custom_dir(tmp, model_cfg, params, head=head, head_params=head_params,
+                       card=_card(workdir, model_cfg, params, step, head, head_params))
+    else:
+      write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
     names = write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)
     _replace_dir(tmp, hf_dir)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
+  kind = ('SequenceClassification' if head else 'MaskedLM')
+  if custom:
+    what = (f'SharedBertFor{kind}, custom code ({model_cfg.attention} attention): load it '
+            'with trust_remote_code=True')
+  else:
+    family = 'RobertaPreLayerNorm' if model_cfg.pre_layer_norm else 'Bert'
+    what = f'{family}For{kind} layout' + (', with the pooler' if not head else '')
+  if head:
+    what += (f'; {head["task"]}, {head["num_labels"]} '
+             f'{"output (regression)" if head["is_regression"] else "labels"}')
   notes = [f'wrote step {step} of {workdir} to {hf_dir} ({what})',
            f'tokenizer ({tokenizer.kind}, {tokenizer.vocab_size} tokens): {", ".join(names)}; '
            'AutoTokenizer.from_pretrained loads it and gives sharedbert\'s ids']
@@ -487,6 +542,53 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
     notes.append(f'the embedding has {model_cfg.vocab_size - tokenizer.vocab_size} rows beyond '
                  'the vocabulary (never produced by the tokenizer)')
   return notes
+
+
+def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
+  """Whether no transformers architecture computes this model: any variant but standard, a
+  causal mask, no position table, or a classifier on the mean of the tokens."""
+  return (cfg.attention != 'standard' or cfg.causal or not cfg.position_embeddings
+          or (head is not None and head.get('pooling', 'cls') != 'cls'))
+
+
+def write_custom_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | None,
+                     head_params: Params | None, card: str):
+  """config.json, the two code files, model.safetensors (sharedbert's names) and README.md."""
+  from safetensors.numpy import save_file
+  tree = dict(params)
+  if head is not None:
+    tree['classifier'] = head_params
+  os.makedirs(hf_dir, exist_ok=True)
+  with open(os.path.join(hf_dir, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(hf_custom.config_json(cfg, head), f, indent=2, sort_keys=True)
+    f.write('\n')
+  for name in hf_custom.CODE_FILES:
+    shutil.copyfile(os.path.join(hf_custom.CODE_DIR, name), os.path.join(hf_dir, name))
+  save_file(hf_custom.tensors_from_params(tree), os.path.join(hf_dir, 'model.safetensors'),
+            metadata={'format': 'pt'})
+  with open(os.path.join(hf_dir, 'README.md'), 'w', encoding='utf-8') as f:
+    f.write(card)
+
+
+def _card(workdir: str, cfg: ModelConfig, params: Params, step: int, head, head_params) -> str:
+  """The model card, with the recipe and held-out accuracy the workdir recorded."""
+  recipe, accuracy = {}, None
+  pretrain_dir = head['init_from'] if head and head.get('init_from') else workdir
+  try:
+    c = _read_json(os.path.join(pretrain_dir, 'config.json'))
+    recipe = {'total_steps': int(c['total_steps']), 'batch_size': int(c['data']['batch_size']),
+              'seq_len': int(c['data']['seq_len']), 'lr': float(c['optim']['lr'])}
+  except (UserError, KeyError, TypeError, ValueError):
+    pass
+  summary = os.path.join(pretrain_dir, 'summary.json')
+  if os.path.isfile(summary):
+    try:
+      accuracy = float(_read_json(summary).get('eval_mlm_accuracy'))
+    except (UserError, TypeError, ValueError):
+      accuracy = None
+  tree = dict(params) if head is None else {**params, 'classifier': head_params}
+  return hf_custom.model_card(cfg, tree, step=step, recipe=recipe, mlm_accuracy=accuracy,
+                              head=head)
 
 
 def main(argv):
@@ -499,9 +601,10 @@ def main(argv):
       raise UserError('both --hf_dir and --workdir are required')
     if argv[1] == 'import':
       notes = import_hf(FLAGS.hf_dir, FLAGS.workdir, FLAGS.config)
-      print(f'imported {FLAGS.hf_dir} into {FLAGS.workdir} (standard attention, step 0)')
+      print(f'imported {FLAGS.hf_dir} into {FLAGS.workdir} (step 0)')
     else:
-      notes = export_hf(FLAGS.workdir, FLAGS.hf_dir, FLAGS.step, overwrite=FLAGS.overwrite)
+      notes = export_hf(FLAGS.workdir, FLAGS.hf_dir, FLAGS.step, overwrite=FLAGS.overwrite,
+                        custom_code=FLAGS.custom_code)
     for note in notes:
       print(f'  {note}')
 

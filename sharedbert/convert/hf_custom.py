@@ -1,0 +1,216 @@
+"""Every variant as custom code for transformers: a folder that
+`AutoModelForMaskedLM.from_pretrained(dir, trust_remote_code=True)` loads.
+
+The folder holds config.json (model_type "sharedbert", an `auto_map` naming the classes),
+configuration_sharedbert.py and modeling_sharedbert.py (from remote_code/, PyTorch, torch and
+transformers only), model.safetensors and a model card. The tensors keep sharedbert's
+parameter paths and shapes (joined with '.', layers unstacked), so the map is the identity:
+`tensors_from_params` and `params_from_tensors` are inverses, and an export, import and
+export again writes identical tensors. sharedbert.convert.hf reads and writes the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+
+from sharedbert.errors import UserError
+from sharedbert.models import attention as attention_lib
+from sharedbert.models.bert import ModelConfig
+from sharedbert.models.masa import masa_num_atoms
+
+MODEL_TYPE = 'sharedbert'
+CODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'remote_code')
+CODE_FILES = ('configuration_sharedbert.py', 'modeling_sharedbert.py')
+AUTO_MAP = {
+    'AutoConfig': 'configuration_sharedbert.SharedBertConfig',
+    'AutoModel': 'modeling_sharedbert.SharedBertModel',
+    'AutoModelForMaskedLM': 'modeling_sharedbert.SharedBertForMaskedLM',
+    'AutoModelForSequenceClassification': 'modeling_sharedbert.SharedBertForSequenceClassification',
+}
+# The variants the modeling file implements (its VARIANTS); a new one must be added there.
+EXPORTABLE = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'kv_shared', 'single',
+              'q_identity', 'masa')
+# Where each paper's definition is, for the model card.
+SOURCES = {
+    'standard': 'BERT (Devlin et al., arXiv 1810.04805)',
+    'shared': 'Kowsher et al., arXiv 2412.00359',
+    'symmetric': 'Courtois et al., arXiv 2406.06366',
+    'pairwise': 'Courtois et al., arXiv 2406.06366',
+    'partial_qk': 'Yang et al., ENLSP 2024',
+    'kv_shared': 'Kayyam et al., arXiv 2606.04032 ("Q-K=V")',
+    'single': 'Kayyam et al., arXiv 2606.04032 ("Q=K=V")',
+    'q_identity': 'Karbevski, arXiv 2510.23912 ("W_Q = I")',
+    'masa': 'Zhussip et al., arXiv 2508.04581 (MASA)',
+}
+
+
+def code_digest() -> str:
+  """sha256 of the two code files, in order: what the goldens were made with."""
+  h = hashlib.sha256()
+  for name in CODE_FILES:
+    with open(os.path.join(CODE_DIR, name), 'rb') as f:
+      h.update(f.read())
+  return h.hexdigest()
+
+
+def config_json(cfg: ModelConfig, head: dict | None = None) -> dict:
+  """config.json of the folder: the model's settings under transformers' names, the
+  variant's own, and (with `head`, a fine-tuned classifier's description) its labels."""
+  if cfg.attention not in EXPORTABLE:
+    raise UserError(f'the attention variant {cfg.attention!r} has no PyTorch code in '
+                    'sharedbert/convert/remote_code/modeling_sharedbert.py; add it there first')
+  out = {
+      'model_type': MODEL_TYPE, 'auto_map': dict(AUTO_MAP),
+      'architectures': ['SharedBertForSequenceClassification' if head else
+                        'SharedBertForMaskedLM'],
+      'attention_variant': cfg.attention, 'vocab_size': cfg.vocab_size,
+      'hidden_size': cfg.hidden_size, 'num_hidden_layers': cfg.num_layers,
+      'num_attention_heads': cfg.num_heads, 'intermediate_size': cfg.mlp_dim,
+      'max_position_embeddings': cfg.max_position_embeddings,
+      'type_vocab_size': cfg.type_vocab_size, 'hidden_dropout_prob': cfg.dropout_rate,
+      'attention_probs_dropout_prob': cfg.attention_dropout_rate,
+      'initializer_range': cfg.initializer_range, 'layer_norm_eps': cfg.layer_norm_eps,
+      'pre_layer_norm': cfg.pre_layer_norm, 'causal': cfg.causal,
+      'position_embeddings': cfg.position_embeddings, 'pooling': 'cls',
+      'qk_shared_fraction': cfg.qk_shared_fraction,
+      'masa_atoms': masa_num_atoms(cfg) if cfg.attention == 'masa' else cfg.masa_atoms,
+      'masa_projections': cfg.masa_projections, 'pad_token_id': 0, 'torch_dtype': 'float32',
+      # Unused by the code; kept so that the diagonals' and P's initial values (a fresh
+      # model's, before from_pretrained loads the weights) are the import's too.
+      'sharedbert_init': {'diag_init': cfg.diag_init, 'diag_init_scheme': cfg.diag_init_scheme,
+                          'pairwise_init_std': cfg.pairwise_init_std},
+  }
+  if head is not None:
+    num_labels = int(head['num_labels'])
+    names = list(head.get('labels') or [])
+    if head.get('is_regression') or len(names) != num_labels:
+      names = [f'LABEL_{i}' for i in range(num_labels)]
+    out.update(num_labels=num_labels, pooling=head.get('pooling', 'cls'),
+               id2label={str(i): n for i, n in enumerate(names)},
+               label2id={n: i for i, n in enumerate(names)},
+               problem_type=('regression' if head.get('is_regression')
+                             else 'single_label_classification'),
+               finetuning_task=head.get('task'))
+  return out
+
+
+def model_config_from_json(hf: dict, where: str = 'config.json') -> ModelConfig:
+  """The ModelConfig of a custom-code folder's config.json (the inverse of config_json)."""
+  if hf.get('model_type') != MODEL_TYPE:
+    raise UserError(f'{where}: model_type is {hf.get("model_type")!r}, not {MODEL_TYPE!r}')
+  init = hf.get('sharedbert_init') or {}
+  try:
+    cfg = ModelConfig(
+        attention=str(hf['attention_variant']), vocab_size=int(hf['vocab_size']),
+        hidden_size=int(hf['hidden_size']), num_layers=int(hf['num_hidden_layers']),
+        num_heads=int(hf['num_attention_heads']), mlp_dim=int(hf['intermediate_size']),
+        max_position_embeddings=int(hf['max_position_embeddings']),
+        type_vocab_size=int(hf['type_vocab_size']),
+        dropout_rate=float(hf['hidden_dropout_prob']),
+        attention_dropout_rate=float(hf['attention_probs_dropout_prob']),
+        initializer_range=float(hf['initializer_range']),
+        layer_norm_eps=float(hf['layer_norm_eps']), pre_layer_norm=bool(hf['pre_layer_norm']),
+        causal=bool(hf['causal']), position_embeddings=bool(hf['position_embeddings']),
+        qk_shared_fraction=float(hf['qk_shared_fraction']), masa_atoms=int(hf['masa_atoms']),
+        masa_projections=str(hf['masa_projections']),
+        **{k: init[k] for k in ('diag_init', 'diag_init_scheme', 'pairwise_init_std')
+           if k in init})
+  except KeyError as e:
+    raise UserError(f'{where} has no {e.args[0]!r}; was it written by sharedbert\'s '
+                    'export?') from e
+  except (TypeError, ValueError) as e:
+    raise UserError(f'{where}: a setting has the wrong type ({e})') from e
+  try:
+    cfg.validate()
+  except UserError as e:
+    raise UserError(f'{where}: {e}') from e
+  return cfg
+
+
+def tensors_from_params(params: dict[str, Any], prefix: str = '') -> dict[str, np.ndarray]:
+  """A nested parameter tree -> {'a.b.c': float32 array} (the names of modeling_sharedbert)."""
+  out = {}
+  for key, value in params.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, dict):
+      out.update(tensors_from_params(value, name + '.'))
+    else:
+      out[name] = np.ascontiguousarray(np.asarray(value, np.float32))
+  return out
+
+
+def params_from_tensors(tensors: dict[str, np.ndarray]) -> dict[str, Any]:
+  """The inverse of tensors_from_params."""
+  out: dict[str, Any] = {}
+  for name, value in tensors.items():
+    node = out
+    *parents, leaf = name.split('.')
+    for p in parents:
+      node = node.setdefault(p, {})
+    node[leaf] = np.asarray(value)
+  return out
+
+
+def check_tensors(tensors: dict[str, np.ndarray], expected: dict[str, Any], where: str):
+  """Refuses tensors whose names or shapes differ from the model's (an edited folder)."""
+  want = {k: tuple(np.shape(v)) for k, v in tensors_from_params(expected).items()}
+  have = {k: tuple(v.shape) for k, v in tensors.items()}
+  missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+  if missing or extra:
+    raise UserError(f'{where}: the tensors do not match the config ({len(missing)} missing, '
+                    f'e.g. {missing[:2]}; {len(extra)} unexpected, e.g. {extra[:2]})')
+  wrong = [k for k in want if want[k] != have[k]]
+  if wrong:
+    raise UserError(f'{where}: {wrong[0]} has shape {have[wrong[0]]}, the config says '
+                    f'{want[wrong[0]]}')
+
+
+def attention_parameters(params: dict[str, Any]) -> int:
+  """Parameters of the attention sublayers (layers' `attention` and the cross-layer
+  dictionary), the card's figure."""
+  total = 0
+  for name, value in tensors_from_params(params).items():
+    if '.attention.' in f'.{name}' or 'shared_attention' in name:
+      total += int(np.size(value))
+  return total
+
+
+def model_card(cfg: ModelConfig, params: dict[str, Any], *, step: int, recipe: dict,
+               mlm_accuracy: float | None, head: dict | None) -> str:
+  """README.md of the folder: what the model is, how it was trained, how to load it."""
+  variant = attention_lib.VARIANTS[cfg.attention]
+  total = sum(int(np.size(v)) for v in tensors_from_params(params).values())
+  auto = 'AutoModelForSequenceClassification' if head else 'AutoModelForMaskedLM'
+  lines = [
+      '---', 'library_name: transformers', 'tags: [sharedbert, bert, custom_code]', '---', '',
+      f'# A sharedbert encoder: `{cfg.attention}` attention', '',
+      f'{(variant.__doc__ or "").strip().splitlines()[0]} Source: {SOURCES[cfg.attention]}.',
+      '',
+      f'- {cfg.num_layers} layers, width {cfg.hidden_size}, {cfg.num_heads} heads, FFN '
+      f'{cfg.mlp_dim}, {"pre" if cfg.pre_layer_norm else "post"}-LayerNorm'
+      + (', causal' if cfg.causal else '') +
+      ('' if cfg.position_embeddings else ', no position embeddings'),
+      f'- parameters: {total:,} in all, {attention_parameters(params):,} in attention',
+      f'- trained: step {step}'
+      + (f' of {recipe["total_steps"]:,}, batch {recipe["batch_size"]} x {recipe["seq_len"]} '
+         f'tokens, peak learning rate {recipe["lr"]:g}' if recipe else ''),
+      f'- held-out MLM accuracy: {mlm_accuracy:.4f}' if mlm_accuracy is not None else
+      '- held-out MLM accuracy: not recorded with this checkpoint',
+  ]
+  if head:
+    lines.append(f'- fine-tuned on {head.get("task")} ({head.get("num_labels")} '
+                 f'{"output, regression" if head.get("is_regression") else "labels"}; '
+                 f'pooling {head.get("pooling", "cls")})')
+  lines += [
+      '', 'The modeling code is in this folder (`modeling_sharedbert.py`, PyTorch), so loading '
+      'needs `trust_remote_code=True`:', '', '```python',
+      f'from transformers import AutoTokenizer, {auto}',
+      'tokenizer = AutoTokenizer.from_pretrained(path)',
+      f'model = {auto}.from_pretrained(path, trust_remote_code=True)', '```', '',
+      'Written by `sharedbert convert_hf export`; `sharedbert convert_hf import` reads it back.',
+      '']
+  return '\n'.join(lines)

@@ -1,0 +1,55 @@
+"""The configuration of a sharedbert encoder in transformers (shipped beside its weights and
+loaded with trust_remote_code=True). Written by sharedbert's exporter; imports transformers
+only."""
+
+from transformers import PretrainedConfig
+
+VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'kv_shared', 'single',
+            'q_identity', 'masa')
+
+
+class SharedBertConfig(PretrainedConfig):
+  """A BERT encoder whose self-attention is one of sharedbert's variants.
+
+  attention_variant   how queries, keys and values are made (modeling_sharedbert.py)
+  pre_layer_norm      LayerNorm before each sublayer (and after the last layer), else after
+  causal              each token attends to itself and the tokens before it only
+  position_embeddings False: no position table (an order-free input)
+  pooling             'cls' (BERT's pooler on [CLS]) or 'mean' (real tokens' mean): what the
+                      sequence classifier reads
+  qk_shared_fraction  partial_qk: the share of each head's query/key columns that is common
+  masa_atoms, masa_projections  masa: atoms per projection type, and which types use them
+  """
+  model_type = 'sharedbert'
+
+  def __init__(self, attention_variant='standard', vocab_size=30522, hidden_size=768,
+               num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+               max_position_embeddings=512, type_vocab_size=2, hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1, initializer_range=0.02, layer_norm_eps=1e-12,
+               pre_layer_norm=False, causal=False, position_embeddings=True, pooling='cls',
+               qk_shared_fraction=0.5, masa_atoms=4, masa_projections='qkvo', pad_token_id=0,
+               **kwargs):
+    if attention_variant not in VARIANTS:
+      raise ValueError(f'attention_variant must be one of {VARIANTS}, not {attention_variant!r}')
+    if pooling not in ('cls', 'mean'):
+      raise ValueError(f"pooling must be 'cls' or 'mean', not {pooling!r}")
+    super().__init__(pad_token_id=pad_token_id, **kwargs)
+    self.attention_variant = attention_variant
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.initializer_range = initializer_range
+    self.layer_norm_eps = layer_norm_eps
+    self.pre_layer_norm = pre_layer_norm
+    self.causal = causal
+    self.position_embeddings = position_embeddings
+    self.pooling = pooling
+    self.qk_shared_fraction = qk_shared_fraction
+    self.masa_atoms = masa_atoms
+    self.masa_projections = masa_projections

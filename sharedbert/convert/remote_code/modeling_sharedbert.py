@@ -1,0 +1,396 @@
+"""sharedbert's encoders in PyTorch, for transformers (loaded with trust_remote_code=True).
+
+Written by sharedbert's exporter beside the weights; imports torch and transformers only.
+The parameters keep sharedbert's names and shapes (a projection's kernel is [D, N, H]: model
+width, heads, head width), so the weights load one to one and every product below is the
+einsum sharedbert computes. How each variant makes its queries, keys and values:
+
+  standard    Q = x W_q + b_q, K = x W_k + b_k, V = x W_v + b_v (BERT)
+  shared      S = x W_s + b_s; Q = S diag(d_q), K = S diag(d_k), V = S diag(d_v)
+              (Kowsher et al., arXiv 2412.00359)
+  symmetric   K = Q = x W_q + b_q; V standard (Courtois et al., arXiv 2406.06366)
+  pairwise    Q as symmetric; each head's score is Q_h P_h Q_h^T with a full H x H matrix P_h
+              (Courtois et al.)
+  partial_qk  the first floor(rho H) columns of each head's Q and K from one projection, the
+              rest from their own (Yang et al., ENLSP 2024)
+  kv_shared   K = V = x W_kv + b_kv; Q standard (Kayyam et al., arXiv 2606.04032)
+  single      Q = K = V = x W + b (Kayyam et al.)
+  q_identity  Q = x split into heads, no query parameters (Karbevski, arXiv 2510.23912)
+  masa        W_t of layer l = sum_s c_t[l, s] A_t,s: atoms shared by all layers (one tensor,
+              bert.shared_attention), coefficients per layer; biases per layer
+              (Zhussip et al., arXiv 2508.04581)
+
+Scores are Q K^T / sqrt(H), masked keys at float32's minimum, softmax in float32; GELU is
+the exact erf form; LayerNorm parameters are `scale` and `bias`.
+"""
+
+import math
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import (BaseModelOutputWithPooling, MaskedLMOutput,
+                                           SequenceClassifierOutput)
+
+from .configuration_sharedbert import SharedBertConfig
+
+
+def gelu(x):
+  return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+class LayerNorm(nn.Module):
+  def __init__(self, width, eps):
+    super().__init__()
+    self.scale = nn.Parameter(torch.ones(width))
+    self.bias = nn.Parameter(torch.zeros(width))
+    self.eps = eps
+
+  def forward(self, x):
+    return F.layer_norm(x, (x.shape[-1],), self.scale, self.bias, self.eps)
+
+
+class Dense(nn.Module):
+  """x [..., in] -> [..., out]: kernel [in, out] and bias, as Flax's Dense."""
+
+  def __init__(self, width_in, width_out):
+    super().__init__()
+    self.kernel = nn.Parameter(torch.zeros(width_in, width_out))
+    self.bias = nn.Parameter(torch.zeros(width_out))
+
+  def forward(self, x):
+    return x @ self.kernel + self.bias
+
+
+class HeadsProjection(nn.Module):
+  """x [B, T, D] -> [B, T, N, H]; the kernel is this module's, or given (masa)."""
+
+  def __init__(self, width, heads, head_width, own_kernel=True):
+    super().__init__()
+    if own_kernel:
+      self.kernel = nn.Parameter(torch.zeros(width, heads, head_width))
+    self.bias = nn.Parameter(torch.zeros(heads, head_width))
+
+  def forward(self, x, kernel=None):
+    kernel = self.kernel if kernel is None else kernel
+    return torch.einsum('btd,dnh->btnh', x, kernel) + self.bias
+
+
+class OutputProjection(nn.Module):
+  """W_o: [B, T, N, H] -> [B, T, D]; the kernel [N, H, D] is this module's, or given (masa)."""
+
+  def __init__(self, heads, head_width, width, own_kernel=True):
+    super().__init__()
+    if own_kernel:
+      self.kernel = nn.Parameter(torch.zeros(heads, head_width, width))
+    self.bias = nn.Parameter(torch.zeros(width))
+
+  def forward(self, x, kernel=None):
+    kernel = self.kernel if kernel is None else kernel
+    return torch.einsum('btnh,nhd->btd', x, kernel) + self.bias
+
+
+def masa_atoms(config):
+  return config.masa_atoms or -(-config.num_hidden_layers // 3)
+
+
+class MasaTypeDictionary(nn.Module):
+  """One projection type's atoms [S, ...] and per-layer coefficients [L, S]."""
+
+  def __init__(self, config, projection_type):
+    super().__init__()
+    d, n = config.hidden_size, config.num_attention_heads
+    h, s = d // n, masa_atoms(config)
+    shape = (s, n, h, d) if projection_type == 'o' else (s, d, n, h)
+    self.atoms = nn.Parameter(torch.zeros(shape))
+    self.coefficients = nn.Parameter(torch.zeros(config.num_hidden_layers, s))
+
+  def kernel(self, layer):
+    return torch.einsum('a,a...->...', self.coefficients[layer], self.atoms)
+
+
+class MasaDictionary(nn.Module):
+  """The encoder's dictionary, one entry per type of config.masa_projections."""
+
+  def __init__(self, config):
+    super().__init__()
+    for t in config.masa_projections:
+      self.add_module(t, MasaTypeDictionary(config, t))
+
+
+class Attention(nn.Module):
+  """Self-attention of one layer, for every variant (config.attention_variant)."""
+
+  def __init__(self, config, layer_index):
+    super().__init__()
+    self.variant = config.attention_variant
+    self.layer_index = layer_index
+    d, n = config.hidden_size, config.num_attention_heads
+    h = d // n
+    self.heads, self.head_width = n, h
+    self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+    masa_types = config.masa_projections if self.variant == 'masa' else ''
+    proj = lambda width=h, t='': HeadsProjection(d, n, width, own_kernel=not t or t not in masa_types)
+    v = self.variant
+    if v in ('standard', 'masa'):
+      self.query, self.key, self.value = proj(t='q'), proj(t='k'), proj(t='v')
+    elif v in ('shared', 'single'):
+      self.shared = proj()
+      if v == 'shared':
+        self.diag = nn.Parameter(torch.ones(3, n, h))  # d_q, d_k, d_v
+    elif v in ('symmetric', 'pairwise'):
+      self.query, self.value = proj(), proj()
+      if v == 'pairwise':
+        self.pairwise = nn.Parameter(torch.zeros(n, h, h))
+    elif v == 'partial_qk':
+      self.common = int(math.floor(config.qk_shared_fraction * h + 1e-9))
+      if self.common:
+        self.query_key = proj(self.common)
+      if h - self.common:
+        self.query, self.key = proj(h - self.common), proj(h - self.common)
+      self.value = proj()
+    elif v == 'kv_shared':
+      self.query, self.key_value = proj(), proj()
+    elif v == 'q_identity':
+      self.key, self.value = proj(), proj()
+    else:
+      raise ValueError(f'unknown attention variant {v!r}')
+    self.out = OutputProjection(n, h, d, own_kernel='o' not in masa_types)
+
+  def qkv(self, x, dictionary):
+    """Queries, keys and values [B, T, N, H], and the score's right-hand factor."""
+    v = self.variant
+    if v == 'standard':
+      return self.query(x), self.key(x), self.value(x)
+    if v == 'masa':
+      kernel = lambda t: (getattr(dictionary, t).kernel(self.layer_index)
+                          if hasattr(dictionary, t) else None)
+      return (self.query(x, kernel('q')), self.key(x, kernel('k')),
+              self.value(x, kernel('v')))
+    if v == 'shared':
+      s = self.shared(x)
+      return s * self.diag[0], s * self.diag[1], s * self.diag[2]
+    if v == 'single':
+      s = self.shared(x)
+      return s, s, s
+    if v == 'symmetric':
+      q = self.query(x)
+      return q, q, self.value(x)
+    if v == 'pairwise':
+      q = self.query(x)
+      return torch.einsum('btnh,nhg->btng', q, self.pairwise), q, self.value(x)
+    if v == 'partial_qk':
+      q_parts, k_parts = [], []
+      if self.common:
+        both = self.query_key(x)
+        q_parts.append(both)
+        k_parts.append(both)
+      if self.head_width - self.common:
+        q_parts.append(self.query(x))
+        k_parts.append(self.key(x))
+      return torch.cat(q_parts, dim=-1), torch.cat(k_parts, dim=-1), self.value(x)
+    if v == 'kv_shared':
+      kv = self.key_value(x)
+      return self.query(x), kv, kv
+    if v == 'q_identity':
+      b, t, _ = x.shape
+      return x.reshape(b, t, self.heads, self.head_width), self.key(x), self.value(x)
+    raise ValueError(v)
+
+  def forward(self, x, mask, dictionary=None):
+    """x [B, T, D]; mask [B, 1, T or 1, S], True where a query may see a key."""
+    q, k, v = self.qkv(x, dictionary)
+    scores = torch.einsum('btnh,bsnh->bnts', q.float(), k.float()) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+    probs = self.dropout(torch.softmax(scores, dim=-1)).to(v.dtype)
+    out = torch.einsum('bnts,bsnh->btnh', probs, v)
+    kernel = (dictionary.o.kernel(self.layer_index)
+              if dictionary is not None and hasattr(dictionary, 'o') else None)
+    return self.out(out, kernel)
+
+
+class FeedForward(nn.Module):
+  def __init__(self, config):
+    super().__init__()
+    self.intermediate = Dense(config.hidden_size, config.intermediate_size)
+    self.output = Dense(config.intermediate_size, config.hidden_size)
+
+  def forward(self, x):
+    return self.output(gelu(self.intermediate(x)))
+
+
+class EncoderLayer(nn.Module):
+  """Attention and feed-forward sublayers with residuals; post-LN (BERT) or pre-LN."""
+
+  def __init__(self, config, layer_index):
+    super().__init__()
+    self.pre_layer_norm = config.pre_layer_norm
+    self.attention = Attention(config, layer_index)
+    self.mlp = FeedForward(config)
+    self.attention_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.output_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+  def forward(self, x, mask, dictionary=None):
+    if self.pre_layer_norm:
+      x = x + self.dropout(self.attention(self.attention_norm(x), mask, dictionary))
+      return x + self.dropout(self.mlp(self.output_norm(x)))
+    x = self.attention_norm(x + self.dropout(self.attention(x, mask, dictionary)))
+    return self.output_norm(x + self.dropout(self.mlp(x)))
+
+
+class Embed(nn.Module):
+  def __init__(self, rows, width):
+    super().__init__()
+    self.embedding = nn.Parameter(torch.zeros(rows, width))
+
+
+class Embeddings(nn.Module):
+  """Token + position + segment embeddings, then LayerNorm and dropout."""
+
+  def __init__(self, config):
+    super().__init__()
+    self.word_embeddings = Embed(config.vocab_size, config.hidden_size)
+    if config.position_embeddings:
+      self.position_embeddings = Embed(config.max_position_embeddings, config.hidden_size)
+    self.token_type_embeddings = Embed(config.type_vocab_size, config.hidden_size)
+    self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+  def forward(self, input_ids, token_type_ids):
+    x = self.word_embeddings.embedding[input_ids]
+    if hasattr(self, 'position_embeddings'):
+      x = x + self.position_embeddings.embedding[:input_ids.shape[1]][None]
+    x = x + self.token_type_embeddings.embedding[token_type_ids]
+    return self.dropout(self.LayerNorm(x))
+
+
+class SharedBertPreTrainedModel(PreTrainedModel):
+  config_class = SharedBertConfig
+  base_model_prefix = 'bert'
+
+  def _init_weights(self, module):
+    """Weights not in a checkpoint (a new classifier): BERT's N(0, initializer_range)."""
+    std = self.config.initializer_range
+    if isinstance(module, (Dense, HeadsProjection, OutputProjection)):
+      if hasattr(module, 'kernel'):
+        nn.init.normal_(module.kernel, std=std)
+      nn.init.zeros_(module.bias)
+    elif isinstance(module, Embed):
+      nn.init.normal_(module.embedding, std=std)
+    elif isinstance(module, LayerNorm):
+      nn.init.ones_(module.scale)
+      nn.init.zeros_(module.bias)
+
+
+class SharedBertModel(SharedBertPreTrainedModel):
+  """The encoder: embeddings, layers, the final LayerNorm (pre-LN) and the [CLS] pooler."""
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.embeddings = Embeddings(config)
+    if config.attention_variant == 'masa':
+      self.shared_attention = MasaDictionary(config)
+    for i in range(config.num_hidden_layers):
+      self.add_module(f'layer_{i}', EncoderLayer(config, i))
+    if config.pre_layer_norm:
+      self.final_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.pooler = Dense(config.hidden_size, config.hidden_size)
+    self.post_init()
+
+  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None,
+              output_hidden_states=None, return_dict=None, **kwargs):
+    if attention_mask is None:
+      attention_mask = torch.ones_like(input_ids)
+    if token_type_ids is None:
+      token_type_ids = torch.zeros_like(input_ids)
+    length = input_ids.shape[1]
+    mask = attention_mask.bool()[:, None, None, :]
+    if self.config.causal:
+      mask = mask & torch.ones(length, length, dtype=torch.bool,
+                               device=input_ids.device).tril()[None, None]
+    dictionary = getattr(self, 'shared_attention', None)
+    x = self.embeddings(input_ids, token_type_ids)
+    hidden_states = [x]
+    for i in range(self.config.num_hidden_layers):
+      x = getattr(self, f'layer_{i}')(x, mask, dictionary)
+      hidden_states.append(x)
+    if self.config.pre_layer_norm:
+      x = self.final_norm(x)
+      hidden_states[-1] = x
+    pooled = torch.tanh(self.pooler(x[:, 0]))
+    return BaseModelOutputWithPooling(
+        last_hidden_state=x, pooler_output=pooled,
+        hidden_states=tuple(hidden_states) if output_hidden_states else None)
+
+
+class MLMHead(nn.Module):
+  """Transform (dense, GELU, LayerNorm), then the tied word embeddings plus a bias."""
+
+  def __init__(self, config):
+    super().__init__()
+    self.transform = Dense(config.hidden_size, config.hidden_size)
+    self.transform_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.output_bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+  def forward(self, x, word_embeddings):
+    x = self.transform_norm(gelu(self.transform(x)))
+    return x @ word_embeddings.T + self.output_bias
+
+
+class SharedBertForMaskedLM(SharedBertPreTrainedModel):
+  def __init__(self, config):
+    super().__init__(config)
+    self.bert = SharedBertModel(config)
+    self.mlm_head = MLMHead(config)
+    self.post_init()
+
+  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
+              output_hidden_states=None, return_dict=None, **kwargs):
+    out = self.bert(input_ids, attention_mask, token_type_ids,
+                    output_hidden_states=output_hidden_states)
+    logits = self.mlm_head(out.last_hidden_state, self.bert.embeddings.word_embeddings.embedding)
+    loss = None
+    if labels is not None:
+      loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1),
+                             ignore_index=-100)
+    return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+
+
+class SharedBertForSequenceClassification(SharedBertPreTrainedModel):
+  """Dropout, then a dense layer, on the pooled sequence (config.pooling)."""
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.bert = SharedBertModel(config)
+    self.dropout = nn.Dropout(config.hidden_dropout_prob)
+    self.classifier = Dense(config.hidden_size, config.num_labels)
+    self.post_init()
+
+  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
+              output_hidden_states=None, return_dict=None, **kwargs):
+    if attention_mask is None:
+      attention_mask = torch.ones_like(input_ids)
+    out = self.bert(input_ids, attention_mask, token_type_ids,
+                    output_hidden_states=output_hidden_states)
+    if self.config.pooling == 'mean':
+      m = attention_mask.to(out.last_hidden_state.dtype)[:, :, None]
+      pooled = (out.last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1.0)
+    else:
+      pooled = out.pooler_output
+    logits = self.classifier(self.dropout(pooled))
+    loss = None
+    if labels is not None:
+      if self.config.num_labels == 1:
+        loss = F.mse_loss(logits.squeeze(-1), labels.float())
+      else:
+        loss = F.cross_entropy(logits, labels)
+    return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+
+
+# So that save_pretrained of a loaded model writes these files and the auto_map again.
+SharedBertConfig.register_for_auto_class()
+SharedBertModel.register_for_auto_class('AutoModel')
+SharedBertForMaskedLM.register_for_auto_class('AutoModelForMaskedLM')
+SharedBertForSequenceClassification.register_for_auto_class('AutoModelForSequenceClassification')
