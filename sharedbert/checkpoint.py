@@ -26,11 +26,14 @@ step that ends once it has failed (`poll`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import re
 import shutil
+import sys
+import tempfile
 import time
 from typing import Any
 
@@ -253,8 +256,9 @@ class Checkpointer:
     self.damaged_steps = []
     for s in steps:
       try:
-        out = self.manager.restore(s, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        with _without_closed_loop_noise():
+          out = self.manager.restore(s, args=ocp.args.Composite(
+              state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
         why = verify(out['state'], out['meta'])
         if why:
           raise DamagedCheckpoint(f'it does not verify: {why}')
@@ -287,6 +291,35 @@ class Checkpointer:
 
   def close(self):
     self.manager.close()
+
+
+_NOISE = ('Traceback (most recent call last)', 'base_events.py', '_check_closed',
+          'Event loop is closed')
+
+
+@contextlib.contextmanager
+def _without_closed_loop_noise():
+  """stderr (the file descriptor: tensorstore's threads print there directly) without the
+  tracebacks of 'Event loop is closed' that the reads still in flight print when a damaged
+  checkpoint fails part-way and orbax has closed its event loop; everything else is kept,
+  in order."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile(mode='w+b') as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      lines = captured.read().decode('utf-8', 'replace').splitlines(keepends=True)
+      kept = [l for l in lines if l.strip() and not any(n in l for n in _NOISE)
+              and l.strip() not in ('RuntimeError', ':', 'RuntimeError:')]
+      if kept:
+        sys.stderr.write(''.join(kept))
+        sys.stderr.flush()
 
 
 def set_aside_damaged(workdir: str, steps: list[int]):

@@ -342,9 +342,11 @@ def test_ctrl_c_before_the_first_step_exits_130_without_a_traceback(setup, tmp_p
   assert not records(run_dir) or max(r['step'] for r in records(run_dir)) <= 1
 
 
-def test_every_checkpoint_damaged_is_one_line_on_a_clean_stderr(setup, tmp_path):
+@pytest.mark.parametrize('damage', ['truncate', 'flip'])
+def test_every_checkpoint_damaged_is_one_line_on_a_clean_stderr(setup, tmp_path, damage):
   """Issue 44, item 7: the right one-line error came buried in 3,503 lines of
-  'Exception ignored in coroutine ... TensorStore'."""
+  'Exception ignored in coroutine ... TensorStore' (files truncated); with bits flipped in
+  place, the reads still in flight printed 'Event loop is closed' tracebacks."""
   root, corpus, env = setup
   run_dir = tmp_path / 'run'
   short = ['--config.total_steps=3', '--config.log_every_steps=1', '--config.ckpt.every_steps=3',
@@ -353,10 +355,19 @@ def test_every_checkpoint_damaged_is_one_line_on_a_clean_stderr(setup, tmp_path)
                          capture_output=True, text=True, timeout=TIMEOUT)
   assert first.returncode == 0, first.stderr[-3000:]
   for step in steps(run_dir):
-    for path in (run_dir / 'checkpoints' / str(step) / 'state').rglob('*'):
-      if path.is_file() and path.stat().st_size > 0:
-        with open(path, 'r+b') as f:
+    files = [p for p in (run_dir / 'checkpoints' / str(step) / 'state').rglob('*')
+             if p.is_file() and p.stat().st_size > 0]
+    if damage == 'flip':  # 4 KiB inverted inside the largest data file: reads fail part-way.
+      files = [max(files, key=lambda p: p.stat().st_size)]
+    for path in files:
+      with open(path, 'r+b') as f:
+        if damage == 'truncate':
           f.truncate(path.stat().st_size // 2)
+        else:
+          f.seek(64)
+          data = f.read(4096)
+          f.seek(64)
+          f.write(bytes(b ^ 0xFF for b in data))
   again = subprocess.run(command(corpus, run_dir, '--config.total_steps=6', *short[1:]),
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
   assert again.returncode == 2, again.stderr[-3000:]
