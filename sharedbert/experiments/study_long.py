@@ -284,10 +284,17 @@ def _prepare_vocab(config, workdir: str, run: LongRun) -> None:
     tf.io.gfile.copy(vocab, target)
 
 
+def eta_minutes(rates: list[float], steps_left: int, workers: int) -> float:
+  """Minutes left at the median seconds a step of the runs so far (a median: a run that
+  was paused, SIGSTOP while the machine did other work, would inflate a mean), `workers`
+  runs at a time."""
+  return float(np.median(rates)) * steps_left / max(1, workers) / 60
+
+
 def run_all(config, workdir: str) -> dict:
   """Runs (or resumes) the whole plan; returns {run: summary}."""
   results = load_results(workdir)
-  progress = {'steps': 0, 'seconds': 0.0}
+  rates = []  # Seconds a step of each run trained from scratch here.
   workers = max(1, int(config.pretrain.workers))
   _, _, left = plan(config, results)
   logging.info('study: %d runs finished, about %d to do (the plan grows with the sweeps), '
@@ -308,13 +315,12 @@ def run_all(config, workdir: str) -> dict:
   def finished(run, summary):
     results[run] = summary
     if run not in resumed:
-      progress['steps'] += run.steps
-      progress['seconds'] += summary['wall_s']
+      rates.append(summary['wall_s'] / run.steps)
     todo, _, count = plan(config, results)
     # Runs waiting on a sweep are counted at this run's length.
     steps_left = sum(r.steps for r in todo) + max(0, count - len(todo)) * run.steps
-    eta = (f'ETA about {progress["seconds"] / progress["steps"] * steps_left / workers / 60:.0f} '
-           'min' if progress['steps'] else 'ETA after the first run trained from scratch')
+    eta = (f'ETA about {eta_minutes(rates, steps_left, workers):.0f} min' if rates
+           else 'ETA after the first run trained from scratch')
     logging.info('study: %d runs done, about %d to go: %s: held-out loss %s in %.0fs; %s',
                  len(results), count, run.describe(),
                  f"{summary['eval_loss']:.4f}" if summary.get('eval_loss') is not None
