@@ -38,14 +38,14 @@ def write_failure(error: BaseException) -> str | None:
 
 
 @contextlib.contextmanager
-def one_line_errors(program: str, verbose: bool = False):
+def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False):
   """Turns a UserError raised inside into `PROGRAM: error: ...` on stderr and exit 2, a
   write the disk refused (full, quota, read-only) into one line and exit 4, as in
   pretraining (the command removes its own temporary files before the error reaches here),
-  and Ctrl-C or SIGTERM into a stop at the next step boundary: one line, exit 130 or 143
-  (sharedbert.interrupts)."""
+  and Ctrl-C into one line and exit 130: for a command that `trains`, a stop at the next
+  step boundary (SIGTERM too: exit 143; sharedbert.interrupts), else at once."""
   try:
-    with interrupts.stop_on_signals():
+    with interrupts.stop_on_signals() if trains else interrupts.interrupt_at_once():
       yield
   except UserError as e:
     if verbose:
@@ -55,9 +55,9 @@ def one_line_errors(program: str, verbose: bool = False):
              else USER_ERROR_EXIT_CODE)
   except interrupts.Stopped as e:
     _exit_now(f'{program}: {e}', e.exit_code)
-  except KeyboardInterrupt:  # A second Ctrl-C: at once, whatever was running.
-    _exit_now(f'{program}: stopped by a second Ctrl-C; finished work is kept; run the same '
-              'command again to go on', interrupts.INTERRUPTED_EXIT_CODE)
+  except KeyboardInterrupt:  # A command with no loop to stop at, or a second Ctrl-C.
+    _exit_now(f'{program}: stopped by Ctrl-C; finished work is kept; run the same command '
+              'again to go on', interrupts.INTERRUPTED_EXIT_CODE)
   except Exception as e:  # pylint: disable=broad-except
     reason = write_failure(e)
     if verbose or reason is None:

@@ -18,6 +18,8 @@ import signal
 import sys
 import threading
 
+from absl import logging
+
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT.
 PREEMPTED_EXIT_CODE = 143    # 128 + SIGTERM: a scheduler may restart the same command.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -48,6 +50,9 @@ def _handle(signum, frame):
   del frame
   if signum == signal.SIGINT and signal.SIGINT in _received:
     raise KeyboardInterrupt  # The second Ctrl-C: the user does not want to wait.
+  if not _received:
+    logging.warning('%s received: stopping at the end of this step (Ctrl-C again stops at '
+                    'once)', signal_name(signum))
   _received.append(signum)
 
 
@@ -92,6 +97,20 @@ def stop_on_signals():
   finally:
     for s, handler in previous.items():
       signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def interrupt_at_once():
+  """Within: Ctrl-C raises KeyboardInterrupt where it lands (Python's own handling), for a
+  command with no training loop to stop at (benchmarks, conversions, reports)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 def requested() -> int | None:

@@ -110,7 +110,7 @@ WORKERS = textwrap.dedent('''
       return n
 
     if __name__ == '__main__':
-      with one_line_errors('toy'):
+      with one_line_errors('toy', trains=True):
         workers.run_all([1, 600, 600], job, lambda n: (n,), workers=2,
                         on_done=lambda n, r: print('done', r, flush=True))
 ''')
@@ -163,3 +163,18 @@ def test_a_step_that_cannot_fit_is_refused_before_the_workdir_is_written(tmp_pat
                      r'lower data.batch_size \(now 8\)'):
     train.train_and_evaluate(config, str(workdir))
   assert not workdir.exists()
+
+
+def test_ctrl_c_in_a_command_that_does_not_train_stops_at_once(tmp_path):
+  """A benchmark has no step boundary to stop at: Ctrl-C stops it where it is, in one line
+  (not a flag that nothing reads)."""
+  log = tmp_path / 'bench.log'
+  proc = start([sys.executable, '-c', 'import sys; from sharedbert.cli import command; '
+                'sys.exit(command())', 'bench', f'--out_json={tmp_path}/b.json',
+                f'--out_md={tmp_path}/b.md'], log)
+  wait_for('bench: small, standard: compiling', proc, log)
+  proc.send_signal(signal.SIGINT)
+  started = time.time()
+  line = stopped_in_one_line(proc, log, program='sharedbert bench')
+  assert time.time() - started < 30 and 'stopped by Ctrl-C' in line
+  assert not (tmp_path / 'b.json').exists()

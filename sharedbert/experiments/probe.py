@@ -543,12 +543,12 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   import jax
   from sharedbert.config import validation
-  with one_line_errors('sharedbert probe', FLAGS.verbose):
+  with one_line_errors('sharedbert probe', FLAGS.verbose, trains=True):
     validation.workdir(FLAGS.workdir)  # Before the compilation cache is put inside it.
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update('jax_compilation_cache_dir', os.path.join(FLAGS.workdir, 'jax_cache'))
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
-  with one_line_errors('sharedbert probe', FLAGS.verbose):
+  with one_line_errors('sharedbert probe', FLAGS.verbose, trains=True):
     run_probe(FLAGS.config, FLAGS.workdir, report_only=FLAGS.report_only,
               command=command_text(sys.argv))
 

@@ -193,7 +193,7 @@ def write_report(results: list[dict], out: str, command: str, load: str):
 
 
 def main(argv):
-  with one_line_errors('sharedbert recipe_ablation'):
+  with one_line_errors('sharedbert recipe_ablation', trains=True):
     if not FLAGS.workdir:
       raise UserError('--workdir is required')
     if FLAGS.seconds <= 0:

@@ -440,7 +440,7 @@ def main(argv):
   if not jax.config.jax_compilation_cache_dir and '://' not in FLAGS.workdir:
     jax.config.update('jax_compilation_cache_dir', os.path.join(FLAGS.workdir, 'jax_cache'))
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
-  with one_line_errors('sharedbert study', FLAGS.verbose):
+  with one_line_errors('sharedbert study', FLAGS.verbose, trains=True):
     run_study(FLAGS.config, FLAGS.workdir, report_only=FLAGS.report_only)
 
 

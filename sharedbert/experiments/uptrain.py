@@ -585,7 +585,7 @@ def run(config, encoder: str, data: str, workdir: str, summary_path: str = '', *
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  with one_line_errors('sharedbert uptrain', FLAGS.verbose):
+  with one_line_errors('sharedbert uptrain', FLAGS.verbose, trains=True):
     if not (FLAGS.encoder and FLAGS.data and FLAGS.workdir):
       raise UserError('--encoder, --data and --workdir are required')
     print(run(FLAGS.config, FLAGS.encoder, FLAGS.data, FLAGS.workdir, FLAGS.summary,
