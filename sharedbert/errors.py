@@ -54,22 +54,26 @@ def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False
     sys.exit(WRITE_FAILED_EXIT_CODE if type(e).__name__ == 'WriteFailed'
              else USER_ERROR_EXIT_CODE)
   except interrupts.Stopped as e:
-    _exit_now(f'{program}: {e}', e.exit_code)
+    exit_now(f'{program}: {e}', e.exit_code)
   except KeyboardInterrupt:  # A command with no loop to stop at, or a second Ctrl-C.
-    _exit_now(f'{program}: stopped by Ctrl-C; finished work is kept; run the same command '
+    exit_now(f'{program}: stopped by Ctrl-C; finished work is kept; run the same command '
               'again to go on', interrupts.INTERRUPTED_EXIT_CODE)
   except Exception as e:  # pylint: disable=broad-except
     reason = write_failure(e)
     if verbose or reason is None:
       raise
-    print(f'{program}: error: could not write: {reason}; free some space (or fix the '
-          'permissions), then run the same command again', file=sys.stderr)
+    print(refused_write_line(program, reason), file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(WRITE_FAILED_EXIT_CODE)
 
 
-def _exit_now(line: str, code: int):
+def refused_write_line(program: str, reason: str) -> str:
+  return (f'{program}: error: could not write: {reason}; free some space (or fix the '
+          'permissions), then run the same command again')
+
+
+def exit_now(line: str, code: int):
   """Prints `line` and exits with `code` without the interpreter's teardown: writer or
   compiler threads still running would print their own tracebacks (or crash) on the way
   out; what the command keeps is on disk already."""

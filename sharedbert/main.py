@@ -165,22 +165,17 @@ def main(argv):
   except checkpoint_lib.WriteFailed as e:
     if FLAGS.verbose:
       raise
-    print(f'sharedbert: error: {e}', file=sys.stderr)
     # Orbax's writer threads may still hold the failed save; a normal interpreter exit
     # would wait on them and print their tracebacks. Finalised checkpoints are on disk.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(WRITE_FAILED_EXIT_CODE)
+    errors.exit_now(f'sharedbert: error: {e}', WRITE_FAILED_EXIT_CODE)
   except UserError as e:
     if FLAGS.verbose:
       raise
-    print(f'sharedbert: error: {e}', file=sys.stderr)
     code = train.DIVERGED_EXIT_CODE if isinstance(e, train.Diverged) else USER_ERROR_EXIT_CODE
     if isinstance(e, checkpoint_lib.Unrestorable):
       # Nothing was written; skip the interpreter's teardown of tensorstore's readers.
-      sys.stdout.flush()
-      sys.stderr.flush()
-      os._exit(code)
+      errors.exit_now(f'sharedbert: error: {e}', code)
+    print(f'sharedbert: error: {e}', file=sys.stderr)
     sys.exit(code)
   except interrupts.Stopped as e:  # Pretraining's train.Preempted, or a GLUE or study stop.
     print(f'sharedbert: {e}', file=sys.stderr)
@@ -191,17 +186,10 @@ def main(argv):
     reason = errors.write_failure(e)
     if FLAGS.verbose or reason is None:
       raise
-    print(f'sharedbert: error: could not write: {reason}; free some space (or fix the '
-          'permissions), then run the same command again', file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(WRITE_FAILED_EXIT_CODE)
+    errors.exit_now(errors.refused_write_line('sharedbert', reason), WRITE_FAILED_EXIT_CODE)
   except KeyboardInterrupt:  # A second Ctrl-C: at once, whatever was running.
-    print('sharedbert: stopped by a second Ctrl-C; finished work is kept; run the same '
-          'command again to go on', file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(interrupts.INTERRUPTED_EXIT_CODE)
+    errors.exit_now('sharedbert: stopped by a second Ctrl-C; finished work is kept; run the '
+                    'same command again to go on', interrupts.INTERRUPTED_EXIT_CODE)
 
 
 # Flag and config mistakes: one line and exit 2, before main() runs (sharedbert/cli.py).

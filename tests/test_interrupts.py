@@ -92,7 +92,7 @@ def test_ctrl_c_before_fine_tuning_compiles_or_while_it_loads_is_one_line(
     if wait_text:
       wait_for(wait_text, proc, log)
     else:
-      time.sleep(1.0)  # Inside the imports.
+      time.sleep(3.0)  # Inside the imports, or just past them: one line either way.
     proc.send_signal(signal.SIGINT)
     stopped_in_one_line(proc, log)
 

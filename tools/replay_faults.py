@@ -5,8 +5,8 @@ r"""Replays the faults of issue 44 as a user meets them and prints a table of wh
 Each case is a real command in a scratch folder (a tiny `standard` pretraining run made
 first, from the embedded default corpus): its exit code, how many stderr lines are not log records
 (absl's `I…`/`W…` lines), the last such line, and whether that is what the issue asks for
-(exit code, one line, nothing written). Needs no data folder and no network; about 5
-minutes on 2 cores. The unit tests check each behaviour; this is the user's-eye replay.
+(exit code, one line, nothing written). Needs no data folder and no network; about 10
+minutes on 2 cores (measured with one other job beside it). The unit tests check each behaviour; this is the user's-eye replay.
 """
 
 from __future__ import annotations
