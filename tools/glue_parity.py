@@ -91,6 +91,10 @@ def main():
   parser.add_argument('--lr', type=float, default=1e-4)
   parser.add_argument('--workers', type=int, default=2,
                       help='jobs at once, each pinned to one core of those this process may use')
+  parser.add_argument('--reference_recipe', default='hf', choices=['hf', 'sharedbert'],
+                      help="the reference's schedule and classifier init: transformers' "
+                      "defaults, or sharedbert's (tools/hf_glue_reference.py --schedule, "
+                      "--classifier_init)")
   parser.add_argument('--summary', default='', help="a summary.json to merge 'parity' into")
   args = parser.parse_args()
   w = os.path.abspath(args.workdir)
@@ -120,12 +124,14 @@ def main():
         f'--model_dir={args.encoder}', f'--glue_dir={args.glue_dir}', f'--task={task}',
         f'--seeds={seeds}', f'--out={os.path.join(w, "hf", task + ".json")}',
         f'--seq_len={args.seq_len}', f'--max_train_examples={args.max_train_examples}',
-        f'--epochs={args.epochs}', f'--batch_size={args.batch_size}', f'--lr={args.lr}']))
+        f'--epochs={args.epochs}', f'--batch_size={args.batch_size}', f'--lr={args.lr}'] + (
+            ['--schedule=sharedbert', '--classifier_init=truncated_normal']
+            if args.reference_recipe == 'sharedbert' else [])))
   run_jobs(jobs, logs, args.workers)
 
   parity = {}
   recipe = {k: getattr(args, k) for k in ('seq_len', 'max_train_examples', 'epochs',
-                                          'batch_size', 'lr')}
+                                          'batch_size', 'lr', 'reference_recipe')}
   for task in tasks:
     ours = sharedbert_scores(os.path.join(w, 'sharedbert', task, 'results.json'), task)
     hf = [100 * r['score']
@@ -138,7 +144,9 @@ def main():
     entry['difference'] = entry['sharedbert_mean'] - entry['hf_mean']
     entry['tolerance'] = max(1.0, entry['sharedbert_std'], entry['hf_std'])
     entry['agree'] = bool(abs(entry['difference']) <= entry['tolerance'])
-    parity[task] = entry
+    entry['task'] = task
+    # Apart from the transformers-defaults entry of the same task when merged (--summary).
+    parity[task if args.reference_recipe == 'hf' else f'{task}_sharedbert_recipe'] = entry
   load = os.getloadavg()[0]
   encoder_name = os.path.basename(os.path.normpath(args.encoder))
   # This invocation's time: a resumed one only collects.
@@ -168,16 +176,21 @@ def render(parity: dict, encoder_name: str) -> str:
            'over seeds. Agree: |difference| ≤ max(1.0, the larger std).', '',
            '| task | metric | train examples, epochs, batch, lr, seq | seeds | sharedbert '
            '| Hugging Face | difference | agree |', '|---|---|---|---|---|---|---|---|']
-  for task, e in parity.items():
+  reference = {'hf': "transformers' schedule and classifier init",
+               'sharedbert': "sharedbert's schedule and classifier init"}
+  for name, e in parity.items():
     r = e['recipe']
+    task = e.get('task', name)
+    if r.get('reference_recipe', 'hf') != 'hf':
+      task += f' ({reference[r["reference_recipe"]]})'
     lines.append(
         f'| {task} | {e["metric"]} | {r["max_train_examples"]}, {r["epochs"]}, '
         f'{r["batch_size"]}, {r["lr"]:g}, {r["seq_len"]} | {e["seeds"]} | '
         f'{e["sharedbert_mean"]:.2f} ± {e["sharedbert_std"]:.2f} | {e["hf_mean"]:.2f} ± '
         f'{e["hf_std"]:.2f} | {e["difference"]:+.2f} | {"yes" if e["agree"] else "**no**"} |')
   lines += ['', 'Per seed (sharedbert / Hugging Face):', '']
-  for task, e in parity.items():
-    lines.append(f'- {task}: ' + ', '.join(f'{a:.2f} / {b:.2f}' for a, b in
+  for name, e in parity.items():
+    lines.append(f'- {name}: ' + ', '.join(f'{a:.2f} / {b:.2f}' for a, b in
                                           zip(e['sharedbert_per_seed'], e['hf_per_seed'])))
   return '\n'.join(lines) + '\n'
 

@@ -21,7 +21,22 @@ It matches configs/glue.py's recipe and data, as far as two frameworks can:
   * score: the dev set at the end of the last epoch, the mean of the task's metrics
     (MRPC (F1 + accuracy) / 2, STS-B (Pearson + Spearman) / 2, CoLA MCC, SST-2 accuracy).
 Not matched: the random streams (initialisation, dropout, batch order), so single seeds
-differ; the comparison is between seed means, against the seed spread.
+differ; the comparison is between seed means, against the seed spread. Two differences are
+transformers' defaults unless asked otherwise: the schedule (`--schedule=hf`: the first
+step's rate is 0, the last step's lr/(total-warmup); sharedbert's first step learns and
+its last is 0) and the classifier's initialisation (`--classifier_init=normal`; sharedbert
+draws BERT's normal cut at ±2 std). `--schedule=sharedbert
+--classifier_init=truncated_normal` takes sharedbert's.
+
+Matched mode (issue 43): `--matched=DIR` repeats, step for step, the run that
+tools/glue_matched.py made in DIR: the model is DIR/init (sharedbert's untrained
+classifier, exported), the batches are its epochs' orders, the learning rate of each step
+is the one it applied, dropout is `--dropout` (0). It checks that the Hugging Face
+tokenizer gives sharedbert's token ids, trains, and writes both runs' per-step losses to
+--out with the first step where they part by more than --tolerance.
+
+  python tools/hf_glue_reference.py --matched=DIR --model_dir=... --glue_dir=... \
+      --task=sst2 --out=DIR/hf.json
 """
 
 from __future__ import annotations
@@ -111,6 +126,16 @@ def metrics(task: str, predictions, labels) -> dict:
   return out
 
 
+def sharedbert_lr_factor(step: int, warmup: int, total: int) -> float:
+  """sharedbert.optim's rate at `step` over lr: (s+1)/W while warming up, then linear to 0
+  at the last step, total - 1 (tests/test_glue_matched_tool.py checks it against ours)."""
+  if step < warmup:
+    factor = (step + 1) / max(warmup, 1)
+  else:
+    factor = (total - 1 - step) / max(total - 1 - warmup, 1)
+  return min(1.0, max(0.0, factor))
+
+
 def run_seed(args, task: str, seed: int, train, dev) -> dict:
   import torch
   from transformers import AutoTokenizer, BertForSequenceClassification
@@ -121,7 +146,10 @@ def run_seed(args, task: str, seed: int, train, dev) -> dict:
   model = BertForSequenceClassification.from_pretrained(
       args.model_dir, num_labels=1 if regression else 2)
   std = model.config.initializer_range
-  torch.nn.init.normal_(model.classifier.weight, std=std)  # Seeded: this run's draw.
+  if args.classifier_init == 'truncated_normal':  # sharedbert's (BERT's): cut at ±2 std.
+    torch.nn.init.trunc_normal_(model.classifier.weight, std=std, a=-2 * std, b=2 * std)
+  else:  # BertForSequenceClassification's own.
+    torch.nn.init.normal_(model.classifier.weight, std=std)  # Seeded: this run's draw.
   torch.nn.init.zeros_(model.classifier.bias)
 
   def encode(rows):
@@ -140,7 +168,12 @@ def run_seed(args, task: str, seed: int, train, dev) -> dict:
                           lr=args.lr, betas=(0.9, 0.999), eps=args.eps)
   steps_per_epoch = -(-len(train) // args.batch_size)
   total = steps_per_epoch * args.epochs
-  sched = get_linear_schedule_with_warmup(opt, int(round(args.warmup_fraction * total)), total)
+  warmup = int(round(args.warmup_fraction * total))
+  if args.schedule == 'sharedbert':
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: sharedbert_lr_factor(s, warmup, total))
+  else:  # transformers': lr·s/W (the first step at 0), then lr·(total-s)/(total-W).
+    sched = get_linear_schedule_with_warmup(opt, warmup, total)
   rng = np.random.default_rng(seed)
   t0 = time.time()
   for epoch in range(args.epochs):
@@ -175,6 +208,99 @@ def run_seed(args, task: str, seed: int, train, dev) -> dict:
           'wall_s': round(time.time() - t0, 1)}
 
 
+def _ids(enc, i):
+  """Row i's token ids without padding."""
+  mask = enc['attention_mask'][i].bool()
+  return enc['input_ids'][i][mask].tolist()
+
+
+def run_matched(args, train, dev) -> dict:
+  """tools/glue_matched.py's run, repeated in PyTorch step for step (see the docstring)."""
+  import torch
+  from transformers import AutoTokenizer, BertForSequenceClassification
+  ref = np.load(os.path.join(args.matched, 'sharedbert.npz'))
+  meta = json.load(open(os.path.join(args.matched, 'sharedbert.json')))
+  if meta['task'] != args.task or meta['num_train'] != len(train):
+    raise SystemExit(f'{args.matched} holds {meta["task"]} with {meta["num_train"]} rows, '
+                     f'not {args.task} with {len(train)}: pass its --max_train_examples')
+  init = os.path.join(args.matched, 'init')
+  tok = AutoTokenizer.from_pretrained(init)
+  model = BertForSequenceClassification.from_pretrained(
+      init, hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+
+  def encode(rows):
+    a = [r[0] for r in rows]
+    b = [r[1] for r in rows] if rows[0][1] is not None else None
+    return tok(a, b, truncation='longest_first', max_length=meta['seq_len'], padding=True,
+               return_tensors='pt')
+
+  # 1. The same token ids as sharedbert's, row by row.
+  differ = {}
+  for split, rows, ids, lengths in (('train', train, ref['train_ids'], ref['train_lengths']),
+                                    ('dev', dev, ref['dev_ids'], ref['dev_lengths'])):
+    enc = encode(rows)
+    bad = [i for i in range(len(rows)) if _ids(enc, i) != ids[i, :lengths[i]].tolist()]
+    differ[split] = {'rows': len(rows), 'differ': len(bad), 'first': bad[:5]}
+    print(f'token ids, {split}: {len(bad)} of {len(rows)} rows differ from sharedbert\'s',
+          flush=True)
+
+  # 2. The same steps: order, learning rate, AdamW, clipping; dropout off.
+  no_decay = [p for n, p in model.named_parameters() if n.endswith('bias') or 'LayerNorm' in n]
+  decay = [p for n, p in model.named_parameters()
+           if not (n.endswith('bias') or 'LayerNorm' in n)]
+  lrs = ref['lrs']
+  opt = torch.optim.AdamW([{'params': decay, 'weight_decay': args.weight_decay},
+                           {'params': no_decay, 'weight_decay': 0.0}],
+                          lr=float(lrs[0]), betas=(0.9, 0.999), eps=args.eps)
+  batch = meta['batch_size']
+  losses, step = [], 0
+  model.train()
+  for order in ref['orders']:
+    for i in range(-(-len(order) // batch)):
+      rows = [train[j] for j in order[i * batch:(i + 1) * batch]]
+      labels = torch.tensor([r[2] for r in rows], dtype=torch.long)
+      loss = torch.nn.functional.cross_entropy(model(**encode(rows)).logits, labels)
+      for group in opt.param_groups:
+        group['lr'] = float(lrs[step])
+      opt.zero_grad()
+      loss.backward()
+      torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+      opt.step()
+      losses.append(loss.item())
+      step += 1
+  model.eval()
+  logits = []
+  with torch.no_grad():
+    for i in range(0, len(dev), 128):
+      logits.append(model(**encode(dev[i:i + 128])).logits.numpy())
+  logits = np.concatenate(logits)
+  ours = np.asarray(losses)
+  diff = np.abs(ours - ref['losses'])
+  parted = np.nonzero(diff > args.tolerance)[0]
+  labels = np.asarray([r[2] for r in dev])
+  out = {'task': args.task, 'settings': meta, 'dropout': args.dropout,
+         'tolerance': args.tolerance, 'token_ids': differ, 'steps': len(losses),
+         'first_parting_step': int(parted[0]) if len(parted) else None,
+         'max_loss_diff': float(diff.max()),
+         'max_loss_diff_first_100': float(diff[:100].max()),
+         'hf_losses': losses, 'sharedbert_losses': ref['losses'].tolist(),
+         'dev_accuracy': {'hf': float(np.mean(logits.argmax(-1) == labels)),
+                          'sharedbert': float(meta['dev_accuracy'])},
+         'dev_logits_max_diff': float(np.abs(logits - ref['dev_logits']).max()),
+         'dev_predictions_differ': int(np.sum(logits.argmax(-1) != ref['dev_logits'].argmax(-1)))}
+  for s in (0, 1, 2, 10, 50, 99, len(losses) - 1):
+    if s < len(losses):
+      print(f'step {s}: lr {lrs[s]:.3e} loss hf {losses[s]:.6f} sharedbert '
+            f'{ref["losses"][s]:.6f} diff {diff[s]:.2e}')
+  print(f'{len(losses)} steps; largest loss difference {out["max_loss_diff"]:.2e} '
+        f'(first 100 steps {out["max_loss_diff_first_100"]:.2e}); first step parting by more '
+        f'than {args.tolerance:g}: {out["first_parting_step"]}; dev accuracy hf '
+        f'{out["dev_accuracy"]["hf"]:.4f} sharedbert {out["dev_accuracy"]["sharedbert"]:.4f}; '
+        f'dev logits differ by up to {out["dev_logits_max_diff"]:.2e}, '
+        f'{out["dev_predictions_differ"]} predictions differ', flush=True)
+  return out
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -193,11 +319,31 @@ def main():
   parser.add_argument('--eps', type=float, default=1e-6)
   parser.add_argument('--clip', type=float, default=1.0)
   parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+  parser.add_argument('--schedule', default='hf', choices=['hf', 'sharedbert'],
+                      help="hf: get_linear_schedule_with_warmup (the first step's rate is 0); "
+                      "sharedbert: sharedbert.optim's (the first step learns, the last is 0)")
+  parser.add_argument('--classifier_init', default='normal',
+                      choices=['normal', 'truncated_normal'],
+                      help="the fresh classifier's weights: transformers' N(0, range) or "
+                      "sharedbert's (BERT's) normal cut at ±2 std")
+  parser.add_argument('--matched', default='',
+                      help='a folder of tools/glue_matched.py: repeat its run step for step')
+  parser.add_argument('--dropout', type=float, default=0.0, help='matched mode: dropout')
+  parser.add_argument('--tolerance', type=float, default=1e-4,
+                      help='matched mode: the largest per-step loss difference called equal')
   args = parser.parse_args()
   import torch
   torch.set_num_threads(args.threads)
+  if args.matched:
+    meta = json.load(open(os.path.join(args.matched, 'sharedbert.json')))
+    args.max_train_examples = meta['max_train_examples']
   train = subset(read_split(args.glue_dir, args.task, 'train'), args.max_train_examples)
   dev = read_split(args.glue_dir, args.task, 'dev')
+  if args.matched:
+    out = run_matched(args, train, dev)
+    with open(args.out, 'w') as f:
+      json.dump(out, f, indent=1)
+    return
   done = {}
   if os.path.isfile(args.out):  # Resume: seeds already scored under the same settings.
     old = json.load(open(args.out))
