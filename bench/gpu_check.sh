@@ -8,7 +8,7 @@
 # gradient as a one-hot product, and the recipe's attention dropout (0.1, so the einsum
 # softmax); about 1 minute more each:
 #
-#   bash bench/gpu_check.sh [extra sharedbert.bench flags]
+#   bash bench/gpu_check.sh [extra sharedbert.lab.bench flags]
 #   bash bench/gpu_check.sh --sizes=gpu_base,gpu_base_fused,gpu_base_one_hot,gpu_base_recipe
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,5 +25,5 @@ PY
 # One device: the check is about one chip's MFU.
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
-timeout 480 "$PYTHON" -m sharedbert.bench --preset=gpu --hf_python=none \
+timeout 480 "$PYTHON" -m sharedbert.lab.bench --preset=gpu --hf_python=none \
   --out_json="$out/gpu_results.json" --out_md="$out/GPU.md" "$@"

@@ -22,6 +22,6 @@ print('GPU:', jax.devices()[0].device_kind, flush=True)
 PY
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
 start=$(date +%s)
-timeout 570 "$PYTHON" -m sharedbert.experiments.study \
+timeout 570 "$PYTHON" -m sharedbert.lab.study \
   --config="configs/study.py:gpu_long,corpus=$corpus" --workdir="$out"
 echo "bench/gpu_long.sh: $(( $(date +%s) - start )) s wall, compilation included"

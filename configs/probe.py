@@ -1,9 +1,9 @@
 r"""Attention probes: synthetic tasks trained from scratch per variant
-(sharedbert/experiments/probe.py; docs/probes.md).
+(sharedbert/lab/probe.py; docs/probes.md).
 
-  python -m sharedbert.probe --workdir=W                                   # the cpu preset
-  python -m sharedbert.probe --config=configs/probe.py:smoke --workdir=W   # about 2 minutes
-  python -m sharedbert.probe --workdir=W --config.seeds=5 --config.mqar.num_pairs=8
+  sharedbert probe --workdir=W                                   # the cpu preset
+  sharedbert probe --config=configs/probe.py:smoke --workdir=W   # about 2 minutes
+  sharedbert probe --workdir=W --config.seeds=5 --config.mqar.num_pairs=8
 
 Every variant in `variants` is trained from scratch on every task in `tasks` with seeds
 0..seeds-1 (seed s sees the same training batches and the same evaluation set whatever the

@@ -1,7 +1,7 @@
-r"""The controlled comparison of attention variants (sharedbert/experiments/study.py).
+r"""The controlled comparison of attention variants (sharedbert/lab/study.py).
 
-  python -m sharedbert.experiments.study --config=configs/study.py:cpu --workdir=W
-  python -m sharedbert.experiments.study --config=configs/study.py:gpu --workdir=W --config.seeds=5
+  python -m sharedbert.lab.study --config=configs/study.py:cpu --workdir=W
+  python -m sharedbert.lab.study --config=configs/study.py:gpu --workdir=W --config.seeds=5
 
 Every variant in `variants` is pretrained under one recipe (the same vocabulary, data
 order, masks and steps: `pretrain`) with `pretrain.seeds` seeds, each variant at its best
@@ -21,7 +21,7 @@ worse, equivalent within +-`equivalence_margin` points (a two one-sided test) or
 undecided against `standard`.
 
 Presets cpu_long and gpu_long are the long study (pretraining only; long_config below,
-sharedbert/experiments/study_long.py): a horizon axis, a factorial over the QKV-sharing
+sharedbert/lab/study_long.py): a horizon axis, a factorial over the QKV-sharing
 schemes and equal-FLOPs runs, rates chosen on a seed of their own.
 
 Presets (the word after the colon; `data=DIR` points at a folder with corpus/ (text files)
@@ -89,7 +89,7 @@ def get_config(arg=None):
   config.pretrain.arg = 'size=tiny,recipe=budget'
   config.pretrain.override = ml_collections.ConfigDict()
   config.pretrain.override.seed = 0
-  # The pretraining arms (sharedbert/experiments/study_pretrain.py), the study's headline:
+  # The pretraining arms (sharedbert/lab/study_pretrain.py), the study's headline:
   # held-out MLM loss of each variant against `standard`, seed-paired.
   config.pretrain.seeds = 3           # Pretraining seeds 0..seeds-1 per variant (the verdict).
   config.pretrain.margin_nats = 0.05  # "equivalent": the difference is inside +-this (TOST).
@@ -116,7 +116,7 @@ def get_config(arg=None):
   config.glue.override = ml_collections.ConfigDict()
   config.glue.override.data = ml_collections.ConfigDict()
 
-  # Linear probes (sharedbert/experiments/study_linear.py): a ridge regression on the
+  # Linear probes (sharedbert/lab/study_linear.py): a ridge regression on the
   # mean-pooled features of every pretraining seed's frozen encoder, per GLUE task; and of
   # `none`, the untrained encoder. 'auto': the GLUE tasks; () or '' skips them.
   config.linear_probe = ml_collections.ConfigDict()
@@ -261,7 +261,7 @@ def get_config(arg=None):
 
 
 def long_config(preset: str, args: dict) -> ml_collections.ConfigDict:
-  """The long study (sharedbert/experiments/study_long.py): pretraining only, a horizon
+  """The long study (sharedbert/lab/study_long.py): pretraining only, a horizon
   axis, a factorial over the QKV-sharing schemes, equal-FLOPs runs, selection on a seed of
   its own. Every run has its own full schedule."""
   config = ml_collections.ConfigDict()

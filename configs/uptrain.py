@@ -1,4 +1,4 @@
-r"""Uptraining a real encoder into shared attention (sharedbert/experiments/uptrain.py).
+r"""Uptraining a real encoder into shared attention (sharedbert/lab/uptrain.py).
 
   sharedbert uptrain --encoder=HF_DIR --data=DATA --workdir=W                # the cpu preset
   sharedbert uptrain --config=configs/uptrain.py:smoke --encoder=... --data=... --workdir=W

@@ -89,6 +89,7 @@ def verify(state, meta: dict) -> str | None:
 
 
 def checkpoint_dir(workdir: str) -> str:
+  """The absolute checkpoints/ folder of `workdir` (URLs kept as they are)."""
   # Absolute: orbax refuses a relative path (a user's --source=run), with a traceback.
   if '://' not in workdir:
     workdir = os.path.abspath(workdir)
@@ -192,15 +193,19 @@ class Checkpointer:
                                          item_names=('state', 'meta'))
 
   def all_steps(self) -> list[int]:
+    """The steps of every checkpoint in the folder, oldest first."""
     return sorted(self.manager.all_steps())
 
   def latest_step(self) -> int | None:
+    """The newest checkpoint's step, or None when there is none."""
     return self.manager.latest_step()
 
   def should_save(self, step: int) -> bool:
+    """Whether the save policy (every_steps, preemption) saves at `step`."""
     return self.manager.should_save(step)
 
   def reached_preemption(self, step: int) -> bool:
+    """Whether a preemption notice has reached this process by `step`."""
     return self.manager.reached_preemption(step)
 
   def save(self, step: int, state: Any, meta: dict, *, force: bool = False) -> bool:
@@ -231,6 +236,7 @@ class Checkpointer:
       self.wait()
 
   def restore_meta(self, step: int) -> dict:
+    """The JSON meta (data position, model, pending metrics) saved with `step`."""
     return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
 
   def latest_meta(self) -> tuple[int, dict] | None:
@@ -290,6 +296,7 @@ class Checkpointer:
     getattr(self.manager, '_maybe_await_cleanup_tmp_directory', lambda: None)()
 
   def close(self):
+    """Waits for saves in flight and releases the manager."""
     self.manager.close()
 
 

@@ -108,9 +108,9 @@ CONFIG_MODES = {
     'sharedbert.main': ('pretrain', 'finetune', 'study'),
     'sharedbert.models.params': ('pretrain',),
     'sharedbert.convert.hf': ('pretrain',),
-    'sharedbert.experiments.study': ('study',),
-    'sharedbert.experiments.uptrain': ('uptrain',),
-    'sharedbert.probe': ('probe',),
+    'sharedbert.lab.study': ('study',),
+    'sharedbert.lab.uptrain': ('uptrain',),
+    'sharedbert.lab.probe': ('probe',),
 }
 CONFIG_FILES = {'pretrain': 'configs/<variant>_base.py', 'finetune': 'configs/glue.py',
                 'study': 'configs/study.py', 'uptrain': 'configs/uptrain.py',
@@ -189,25 +189,26 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
 SUBCOMMANDS = {
     'run': ('sharedbert.main', 'pretrain or fine-tune: --config=CONFIG[:ARG] --workdir=DIR '
                                '(what `python -m sharedbert.main` does)'),
-    'study': ('sharedbert.experiments.study',
+    'study': ('sharedbert.lab.study',
               'the controlled study: every variant pretrained, then GLUE'),
-    'probe': ('sharedbert.probe', 'attention probes: synthetic tasks per variant'),
+    'probe': ('sharedbert.lab.probe', 'attention probes: synthetic tasks per variant'),
     'params': ('sharedbert.models.params', 'the parameter report of one or all variants'),
-    'bench': ('sharedbert.bench', 'benchmarks: step time, MFU, memory, input pipeline'),
+    'bench': ('sharedbert.lab.bench', 'benchmarks: step time, MFU, memory, input pipeline'),
     'convert_hf': ('sharedbert.convert.hf', 'Hugging Face checkpoints: import | export'),
     'convert_shared': ('sharedbert.convert.shared',
                        'a standard checkpoint to shared, symmetric, kv_shared or masa '
                        'attention'),
-    'conversion': ('sharedbert.experiments.conversion',
+    'conversion': ('sharedbert.lab.conversion',
                    'a real encoder converted by every fit, scored zero-shot on STS-B'),
-    'uptrain': ('sharedbert.experiments.uptrain',
+    'uptrain': ('sharedbert.lab.uptrain',
                 'a real encoder converted to shared attention and trained on, against controls'),
-    'recipe_ablation': ('sharedbert.experiments.recipe_ablation',
+    'recipe_ablation': ('sharedbert.lab.recipe_ablation',
                         'the budget recipe, one change left out at a time'),
 }
 
 
 def usage() -> str:
+  """The text of `sharedbert --help`: how to call it and every subcommand."""
   width = max(len(name) for name in SUBCOMMANDS)
   lines = ['usage: sharedbert SUBCOMMAND [flags]     (sharedbert SUBCOMMAND --help: its flags)',
            '       sharedbert --config=CONFIG[:ARG] --workdir=DIR   (the same as `sharedbert run`)',

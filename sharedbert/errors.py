@@ -69,6 +69,7 @@ def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False
 
 
 def refused_write_line(program: str, reason: str) -> str:
+  """The one line a command prints when the disk refused a write."""
   return (f'{program}: error: could not write: {reason}; free some space (or fix the '
           'permissions), then run the same command again')
 

@@ -28,6 +28,7 @@ _received: list[int] = []  # The signals seen since stop_on_signals was entered.
 
 
 def signal_name(signum: int) -> str:
+  """'Ctrl-C (SIGINT)' or 'SIGTERM', for messages."""
   return 'Ctrl-C (SIGINT)' if signum == signal.SIGINT else 'SIGTERM'
 
 
@@ -43,6 +44,7 @@ class Stopped(Exception):
 
   @property
   def exit_code(self) -> int:
+    """130 after a Ctrl-C, 143 after a SIGTERM."""
     return INTERRUPTED_EXIT_CODE if self.signum == signal.SIGINT else PREEMPTED_EXIT_CODE
 
 

@@ -39,11 +39,16 @@ from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+import jax
 
 from sharedbert import cli
 from sharedbert import errors
 from sharedbert import interrupts
 from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
+from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import train
+from sharedbert.lab import study
+from sharedbert.tasks import finetune
 
 WRITE_FAILED_EXIT_CODE = 4
 
@@ -107,7 +112,6 @@ def _init_distributed():
   args = distributed_args(os.environ)
   if args is None:
     return
-  import jax
   # CPU processes (launch/local_multihost.sh) exchange their collectives through gloo.
   jax.config.update('jax_cpu_collectives_implementation',
                     os.environ.get('JAX_CPU_COLLECTIVES_IMPLEMENTATION', 'gloo'))
@@ -124,19 +128,18 @@ def _init_distributed():
 
 
 def run(config, workdir: str) -> dict:
+  """Runs `config` (by config.mode: pretraining, fine-tuning or the study) in `workdir`;
+  returns its last metrics."""
   import tensorflow as tf
   # TensorFlow only feeds data: keep it off the accelerators JAX uses.
   tf.config.set_visible_devices([], 'GPU')
   tf.config.set_visible_devices([], 'TPU') if tf.config.list_physical_devices('TPU') else None
   mode = config.get('mode', 'pretrain')
   if mode == 'pretrain':
-    from sharedbert import train
     return train.train_and_evaluate(config, workdir)
   if mode == 'finetune':
-    from sharedbert.tasks import finetune
     return finetune.finetune_and_evaluate(config, workdir)
   if mode == 'study':
-    from sharedbert.experiments import study
     return {'report': study.run_study(config, workdir)}
   raise UserError(f'unknown config.mode {mode!r}')
 
@@ -152,12 +155,12 @@ def _quiet_closed_event_loops(hook):
 
 
 def main(argv):
+  """absl's main: runs --config in --workdir, turning errors into exit codes (the module
+  docstring)."""
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if not FLAGS.verbose:
     sys.excepthook = _quiet_closed_event_loops(sys.excepthook)
-  from sharedbert import checkpoint as checkpoint_lib
-  from sharedbert import train
   try:
     with interrupts.stop_on_signals():
       _init_distributed()
@@ -197,6 +200,7 @@ parse_flags = cli.flags_parser('sharedbert', 'sharedbert.main')
 
 
 def entry():
+  """The console entry point of `python -m sharedbert.main`."""
   app.run(main, flags_parser=parse_flags)
 
 

@@ -60,6 +60,8 @@ def learning_rate_schedule(optim, total_steps: int):
 
 
 def decay_mask(params):
+  """True for each parameter weight decay applies to (not biases, LayerNorm scales,
+  diagonals, MASA coefficients)."""
   return jax.tree_util.tree_map_with_path(
       lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_NAMES, params)
 

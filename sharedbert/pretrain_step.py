@@ -1,13 +1,15 @@
 """The pretraining state and step: the train state placed on the mesh from the logical
 axis names (created, or restored from a checkpoint in either layer layout), the masked-LM
 loss, the jitted train step (gradient accumulation, non-finite steps skipped and counted,
-the schedule's rate as applied) and the eval step. sharedbert.train runs the loop; the
-benchmarks and the conversions build the same step from here."""
+the schedule's rate as applied) and the eval step, and the step compiled once with its
+memory checked against the device's (compile_train_step). sharedbert.train runs the loop;
+the benchmarks and the conversions build the same step from here."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any
 
 from absl import logging
@@ -19,10 +21,13 @@ import optax
 
 from sharedbert import optim as optim_lib
 from sharedbert import sharding
+from sharedbert.data import pretrain as pretrain_data
+from sharedbert.errors import UserError
 from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout
 
 
 class TrainState(struct.PyTreeNode):
+  """The pretraining state: step, params, optimizer state and the non-finite step counts."""
   step: jax.Array
   params: Any
   opt_state: Any
@@ -34,6 +39,8 @@ class TrainState(struct.PyTreeNode):
 # Model, optimizer, state.
 
 def dummy_inputs(batch: int, seq_len: int, max_predictions: int):
+  """Zero inputs of the given shapes (ids, segments, mask, masked positions), for init and
+  compilation."""
   z = jnp.zeros((batch, seq_len), jnp.int32)
   return z, z, jnp.ones_like(z), jnp.zeros((batch, max_predictions), jnp.int32)
 
@@ -169,6 +176,7 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
 
 
 def eval_step(params, batch, *, model):
+  """The MLM loss sum, weight and correct count of one batch, dropout off."""
   loss_sum, (weight, correct) = mlm_loss(model, params, batch, None, True)
   return {'loss_sum': loss_sum, 'weight': weight, 'correct': correct}
 
@@ -186,3 +194,75 @@ def jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, accum_ste
                     in_shardings=(state_shardings.params, batch_spec),
                     out_shardings=sharding.replicated(mesh))
   return step_fn, eval_fn
+
+
+# ---------------------------------------------------------------------------------------
+# Compiled once, before anything is written: its memory against what the device has.
+
+def compile_train_step(step_fn, model, tx, shardings, d, mesh, axis_rules):
+  """`step_fn` (jit_steps') compiled once, for the state's and a global batch's shapes
+  (`d`: the config's data section); logs what it took and its device memory, and refuses
+  (UserError) a step that cannot fit. Returns the compiled step."""
+  logging.info('Compiling the train step')
+  t0 = time.time()
+  state = abstract_state(shardings, model, tx, d.seq_len, pretrain_data.max_predictions(d))
+  batch_sharding = sharding.batch_sharding(mesh)
+  shapes = pretrain_data.batch_shapes(d.batch_size, d.seq_len, pretrain_data.max_predictions(d))
+  batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding)
+           for k, (shape, dtype) in shapes.items()}
+  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
+    compiled = step_fn.lower(state, batch).compile()
+  mem = compiled.memory_analysis()
+  logging.info('Compiled the train step in %.1fs%s', time.time() - t0,
+               f'; device memory: {memory_text(mem)}' if mem is not None else '')
+  check_memory(mem, d.batch_size)
+  return compiled
+
+
+def check_memory(mem, batch_size: int) -> None:
+  """Refuses a step whose compiled memory analysis needs more than a device has free: it
+  would fail at its first step (RESOURCE_EXHAUSTED) or push the host into swap."""
+  if mem is None:
+    return
+  try:
+    need = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+            + mem.temp_size_in_bytes)
+  except AttributeError:
+    return
+  device = jax.local_devices()[0]
+  free, where = memory_available(device)
+  if free is None or need <= free:
+    return
+  gib = 1 << 30
+  raise UserError(
+      f'the train step needs about {need / gib:.1f} GiB per device (compiled memory analysis: '
+      f'{memory_text(mem)}) but {where} has {free / gib:.1f} GiB free; lower '
+      f'data.batch_size (now {batch_size}), or raise optim.grad_accum_steps to split it')
+
+
+def memory_available(device) -> tuple[int | None, str]:
+  """(bytes a device can still allocate, its name): an accelerator's allocator limit less
+  what is in use; on CPU, the host's available memory shared by its CPU devices."""
+  if device.platform != 'cpu':
+    stats = device.memory_stats() or {}
+    if 'bytes_limit' not in stats:
+      return None, str(device)
+    return stats['bytes_limit'] - stats.get('bytes_in_use', 0), str(device)
+  try:
+    with open('/proc/meminfo') as f:
+      fields = dict(line.split(':', 1) for line in f)
+    available = int(fields['MemAvailable'].split()[0]) * 1024
+  except (OSError, KeyError, ValueError):
+    return None, 'the host'
+  return available // max(1, jax.local_device_count()), 'each CPU device (host memory)'
+
+
+def memory_text(mem) -> str:
+  """A compiled memory analysis in GiB: arguments, outputs, temporaries."""
+  gib = 1 << 30
+  try:
+    return (f'arguments {mem.argument_size_in_bytes / gib:.2f} GiB, outputs '
+            f'{mem.output_size_in_bytes / gib:.2f} GiB, temporaries '
+            f'{mem.temp_size_in_bytes / gib:.2f} GiB')
+  except AttributeError:
+    return str(mem)

@@ -31,13 +31,17 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from etils import epath
+import orbax.checkpoint as ocp
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.utils import paths
 from sharedbert import sharding
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
-from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.bert import BertForPretraining, BertForSequenceClassification, ModelConfig
+from sharedbert import config as sb_config
+from sharedbert.tasks import classifiers
 
 # Lengths (and the number of [MASK] slots) are rounded up to a multiple of this, so that
 # a few shapes are compiled.
@@ -56,6 +60,8 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
+  """A workdir's config.json as a ConfigDict; a UserError when it is not a sharedbert
+  workdir."""
   import tensorflow as tf
   path = os.path.join(workdir, 'config.json')
   if not tf.io.gfile.exists(path):
@@ -105,7 +111,6 @@ def restore(workdir: str, step: int | None = None, *,
       `jax.devices('cpu')[:1]` for one CPU.
   """
   workdir = os.fspath(workdir)
-  from sharedbert.tasks import classifiers
   if classifiers.is_classifier_dir(workdir):
     return restore_classifier(workdir, step, mesh=mesh, devices=devices)
   config = read_config(workdir)
@@ -141,8 +146,6 @@ def restore(workdir: str, step: int | None = None, *,
 
 
 def _restore_params(workdir, step, model, config, mesh, axis_rules):
-  import orbax.checkpoint as ocp
-  from etils import epath
 
   # Parameter shapes do not depend on the length; an imported checkpoint's recipe may keep a
   # data.seq_len longer than its position table, so the shorter of the two.
@@ -212,6 +215,7 @@ class Restored:
 
   @property
   def max_length(self) -> int:
+    """The longest input the model takes (its position table)."""
     return int(self.config.model.max_position_embeddings)
 
   def _run(self, ids, positions, batch_size: int) -> dict:
@@ -314,8 +318,6 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
   `step` is the epoch; default: the best kept one if the run selected the best epoch,
   else the last.
   """
-  from sharedbert.tasks import classifiers
-  from sharedbert.models.bert import BertForSequenceClassification
   with paths.gfile().GFile(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE)) as f:
     head = json.load(f)
   model_cfg = ModelConfig.from_config(head['model'])
@@ -335,7 +337,6 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
 
 
 def _default_rules():
-  from sharedbert import config as sb_config
   return sb_config.DEFAULT_LOGICAL_AXIS_RULES
 
 
@@ -360,6 +361,7 @@ class RestoredClassifier:
 
   @property
   def labels(self) -> list[str]:
+    """The label names, in the order of the logits."""
     return list(self.head['labels'])
 
   def logits(self, texts, max_length: int | None = None, batch_size: int = 64) -> np.ndarray:

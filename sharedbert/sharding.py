@@ -24,6 +24,8 @@ BATCH_AXES = ('data', 'fsdp')
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
+  """(data, fsdp, tensor) sizes for `num_devices`, a -1 filled in; a UserError when they do
+  not multiply out."""
   sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
   if sizes.count(-1) > 1:
     raise UserError('at most one of mesh.data, mesh.fsdp, mesh.tensor may be -1')
@@ -43,6 +45,7 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
 
 
 def make_mesh(mesh_cfg, devices=None) -> jax.sharding.Mesh:
+  """The device mesh of `mesh_cfg` over `devices` (all by default), axes data, fsdp, tensor."""
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(mesh_cfg, len(devices))
   # Auto axes: the partitioner propagates shardings from the annotated inputs and the
@@ -52,6 +55,7 @@ def make_mesh(mesh_cfg, devices=None) -> jax.sharding.Mesh:
 
 
 def rules(config) -> tuple:
+  """config.mesh.logical_axis_rules as tuples, for nn.logical_axis_rules."""
   return tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                for name, axes in config.mesh.logical_axis_rules)
 
@@ -92,14 +96,17 @@ def check_divisible(abstract_tree, logical_specs, shardings):
 
 
 def batch_sharding(mesh) -> NamedSharding:
+  """Rows split over the data and fsdp axes."""
   return NamedSharding(mesh, P(BATCH_AXES))
 
 
 def replicated(mesh) -> NamedSharding:
+  """The same value on every device of `mesh`."""
   return NamedSharding(mesh, P())
 
 
 def data_parallel_size(mesh) -> int:
+  """How many ways a batch's rows are split (mesh.data * mesh.fsdp)."""
   return mesh.shape['data'] * mesh.shape['fsdp']
 
 

@@ -11,9 +11,11 @@ WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
+from typing import Any
 
 from absl import logging
 import flax.linen as nn
@@ -33,14 +35,15 @@ from sharedbert.utils import reporting
 from sharedbert.utils import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
-from sharedbert.data.pretrain import PretrainData, batch_shapes, max_predictions, prefetch
+from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
 from sharedbert.errors import UserError
 from sharedbert.utils.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from sharedbert.optim import all_finite
-from sharedbert.pretrain_step import (abstract_state, create_train_state, jit_steps, restore_state,
-                                      state_shardings)
+from sharedbert.pretrain_step import (compile_train_step, create_train_state, jit_steps,
+                                      restore_state, state_shardings)
+from sharedbert.restore import Restored
 
 # The optimizer (sharedbert/optim.py), under the names the callers of this module use.
 NO_DECAY_NAMES = optim_lib.NO_DECAY_NAMES
@@ -63,11 +66,6 @@ class Preempted(interrupts.Stopped):
 
 class Diverged(UserError):
   """optim.max_skipped_steps consecutive steps had a non-finite loss or gradient."""
-
-
-def validate(config):
-  """The range of every key and how they fit together (sharedbert/config/validation.py)."""
-  config_checks.pretrain(config)
 
 
 # ---------------------------------------------------------------------------------------
@@ -122,6 +120,8 @@ def _mean_metrics(history: list[dict]) -> dict:
 
 
 def evaluate(eval_fn, params, batches, mesh) -> dict:
+  """Held-out MLM loss and accuracy over `batches` (sums over every masked token, then
+  divided)."""
   sums = {'loss_sum': 0.0, 'weight': 0.0, 'correct': 0.0}
   for b in batches:
     out = jax.device_get(eval_fn(params, sharding.global_batch(b, mesh)))
@@ -208,24 +208,45 @@ def _check_corpus(d):
       sources.split_documents(docs, split, d.eval_fraction)
 
 
-def preflight(config):
-  """The checks of a config that need no workdir: they run before anything is written."""
-  validate(config)
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What a checked pretraining run needs (preflight): the model's config, built once,
+  the device mesh and its logical axis rules, and whether an incompatible old run in the
+  workdir is to be set aside (config.restart)."""
+  model_cfg: ModelConfig
+  mesh: Any
+  axis_rules: Any
+  set_aside_old_run: bool = False
+
+
+def preflight(config, workdir: str | None = None) -> Plan:
+  """Every check of a pretraining run that a user's mistake can fail, before anything is
+  written: the config's values (model, data, optimizer; config/checks.py), the mesh and
+  the batch's split over it, the corpus, and with `workdir` its path and what it holds
+  (check_workdir; only read). Returns the run's Plan."""
+  model_cfg = config_checks.pretrain(config)
   mesh = sharding.make_mesh(config.mesh)
   if config.data.batch_size % sharding.data_parallel_size(mesh):
     raise UserError(f'data.batch_size={config.data.batch_size} is not divisible by the '
                     f'data-parallel size {sharding.data_parallel_size(mesh)} (mesh.data * '
                     'mesh.fsdp); choose a batch size that is a multiple of it')
   _check_corpus(config.data)
+  set_aside = False
+  if workdir is not None:
+    validation.workdir(workdir)
+    set_aside = check_workdir(config, workdir, model_cfg)
+  return Plan(model_cfg, mesh, sharding.rules(config), set_aside)
 
 
-def check_workdir(config, workdir: str) -> bool:
+def check_workdir(config, workdir: str, model_cfg: ModelConfig | None = None) -> bool:
   """Checks what the workdir holds against the config, before anything is written.
 
   Returns True when the old run must be set aside: its checkpoint is of another model and
-  config.restart is set. Without config.restart that is a UserError.
+  config.restart is set. Without config.restart that is a UserError. `model_cfg` is the
+  config's model (built from config.model when not given).
   """
-  model_cfg = ModelConfig.from_config(config.model)
+  if model_cfg is None:
+    model_cfg = ModelConfig.from_config(config.model)
   if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
     reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
     try:
@@ -253,18 +274,16 @@ def check_workdir(config, workdir: str) -> bool:
 def train_and_evaluate(config, workdir: str) -> dict:
   """Pretrains per `config`, writing everything under `workdir`; returns the last metrics.
 
-  Every check that a user's mistake can fail runs before the first write, so a bad input
+  Every check that a user's mistake can fail runs first (preflight), so a bad input
   leaves the workdir as it was. Process 0 holds the workdir's lock while the run lives.
   """
   workdir = os.fspath(workdir)
-  preflight(config)
-  validation.workdir(workdir)
-  set_aside = check_workdir(config, workdir)  # Only reads, so a refusal leaves no lock file.
+  plan = preflight(config, workdir)  # Only reads, so a refusal leaves no lock file.
   with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
     # Ctrl-C or SIGTERM before the first step (vocabulary, state, compilation) stops the
     # run cleanly where it is: nothing was trained, so nothing is saved.
     with _SignalFlag(enabled=jax.process_count() == 1) as early:
-      return _train(config, workdir, set_aside_old_run=set_aside, early=early)
+      return _train(config, workdir, plan, early=early)
 
 
 def _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chief):
@@ -299,8 +318,9 @@ def _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chie
   return resumed
 
 
-def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict:
-  """The run: vocabulary, state, resume, compile, the loop, summary.
+def _train(config, workdir: str, plan: Plan, *, early=None) -> dict:
+  """The run of a checked config (`plan`, from preflight): steps compiled on the mesh,
+  vocabulary, state (resumed or new), the loop, summary.
 
   Longer than the house's ~80 lines on purpose: the loop's helpers (save, check_streak,
   stop) are closures over the state, the non-finite streak, the checkpointer and the metric
@@ -308,9 +328,7 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
   state back and forth at every step.
   """
   is_chief = jax.process_index() == 0
-  mesh = sharding.make_mesh(config.mesh)
-  axis_rules = sharding.rules(config)
-  model_cfg = ModelConfig.from_config(config.model)
+  mesh, axis_rules, model_cfg = plan.mesh, plan.axis_rules, plan.model_cfg
   for note in (model_cfg.attention_impl_note(),
                optim_lib.clamp_note(config.optim, config.total_steps)):
     if note:
@@ -324,10 +342,10 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
   step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
                                config.optim.grad_accum_steps)
   # Compiled before anything is written, so that a step that cannot fit is refused first.
-  compiled = _compile_step(step_fn, model, tx, shardings, d, mesh, axis_rules)
+  compiled = compile_train_step(step_fn, model, tx, shardings, d, mesh, axis_rules)
 
   tf.io.gfile.makedirs(workdir)
-  if set_aside_old_run and is_chief:
+  if plan.set_aside_old_run and is_chief:
     _set_aside_old_run(workdir)
   _sync('set_aside_old_run')
 
@@ -499,7 +517,6 @@ def _train(config, workdir: str, *, set_aside_old_run: bool, early=None) -> dict
 def _fill_mask_examples(config, model, params, tokenizer, mesh, axis_rules) -> list[dict]:
   """`fill_mask` on the config's fixed sentences (`fill_mask_examples`): a look at whether
   the model uses context. Returns [{'text', 'top': [(token, probability), ...]}]."""
-  from sharedbert.restore import Restored
   sentences = list(config.get('fill_mask_examples', ()) or ())
   if not sentences:
     return []
@@ -528,69 +545,3 @@ def write_summary(workdir: str, last: dict, examples: list[dict], train_seconds:
                  'frequent token (the floor) scores %.4f. Written to %s',
                  last['eval_mlm_accuracy'], last.get('eval_masked_tokens', 0),
                  last['eval_majority_accuracy'], path)
-
-
-def _compile_step(step_fn, model, tx, shardings, d, mesh, axis_rules):
-  """The train step compiled once, for the state's and a global batch's shapes; logs what
-  it took and its device memory, and refuses (UserError) a step that cannot fit."""
-  logging.info('Compiling the train step')
-  t0 = time.time()
-  state = abstract_state(shardings, model, tx, d.seq_len, max_predictions(d))
-  batch_sharding = sharding.batch_sharding(mesh)
-  batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding) for k, (shape, dtype)
-           in batch_shapes(d.batch_size, d.seq_len, max_predictions(d)).items()}
-  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules):
-    compiled = step_fn.lower(state, batch).compile()
-  mem = compiled.memory_analysis()
-  logging.info('Compiled the train step in %.1fs%s', time.time() - t0,
-               f'; device memory: {_memory_text(mem)}' if mem is not None else '')
-  _check_memory(mem, d.batch_size)
-  return compiled
-
-
-def _check_memory(mem, batch_size: int) -> None:
-  """Refuses a step whose compiled memory analysis needs more than a device has free: it
-  would fail at its first step (RESOURCE_EXHAUSTED) or push the host into swap."""
-  if mem is None:
-    return
-  try:
-    need = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-            + mem.temp_size_in_bytes)
-  except AttributeError:
-    return
-  device = jax.local_devices()[0]
-  free, where = memory_available(device)
-  if free is None or need <= free:
-    return
-  gib = 1 << 30
-  raise UserError(
-      f'the train step needs about {need / gib:.1f} GiB per device (compiled memory analysis: '
-      f'{_memory_text(mem)}) but {where} has {free / gib:.1f} GiB free; lower '
-      f'data.batch_size (now {batch_size}), or raise optim.grad_accum_steps to split it')
-
-
-def memory_available(device) -> tuple[int | None, str]:
-  """(bytes a device can still allocate, its name): an accelerator's allocator limit less
-  what is in use; on CPU, the host's available memory shared by its CPU devices."""
-  if device.platform != 'cpu':
-    stats = device.memory_stats() or {}
-    if 'bytes_limit' not in stats:
-      return None, str(device)
-    return stats['bytes_limit'] - stats.get('bytes_in_use', 0), str(device)
-  try:
-    with open('/proc/meminfo') as f:
-      fields = dict(line.split(':', 1) for line in f)
-    available = int(fields['MemAvailable'].split()[0]) * 1024
-  except (OSError, KeyError, ValueError):
-    return None, 'the host'
-  return available // max(1, jax.local_device_count()), 'each CPU device (host memory)'
-
-
-def _memory_text(mem) -> str:
-  gib = 1 << 30
-  try:
-    return (f'arguments {mem.argument_size_in_bytes / gib:.2f} GiB, outputs '
-            f'{mem.output_size_in_bytes / gib:.2f} GiB, temporaries '
-            f'{mem.temp_size_in_bytes / gib:.2f} GiB')
-  except AttributeError:
-    return str(mem)

@@ -26,6 +26,8 @@ from sharedbert import train
 from sharedbert.utils import workdir_lock
 from sharedbert.data import glue
 from sharedbert.errors import UserError
+from sharedbert.lab import study_plan
+from sharedbert.models.bert import ModelConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=str(REPO))
@@ -261,8 +263,8 @@ def test_every_preset_is_in_range():
   glue_config.init_from = 'somewhere'
   config_checks.glue(glue_config)
   for preset in ('cpu', 'gpu', 'pod'):  # A data folder as a user gives it (data=DIR).
-    config_checks.study(params_lib.load_config_file(str(REPO / 'configs/study.py'),
-                                                    f'{preset},data=/some/data'))
+    study_plan.check_config(params_lib.load_config_file(str(REPO / 'configs/study.py'),
+                                                        f'{preset},data=/some/data'))
 
 
 @pytest.mark.parametrize('flag, message', [
@@ -341,10 +343,30 @@ def short_run(corpus, **overrides):
                                         'optim.max_skipped_steps': 100, **overrides})
 
 
+def test_a_pretraining_run_builds_its_model_config_once(tmp_path, corpus, monkeypatch):
+  # One preflight checks the whole config and hands the run what it built (issue 45).
+  calls = []
+  build = ModelConfig.from_config.__func__
+
+  def counted(cls, model_cfg):
+    calls.append(1)
+    return build(cls, model_cfg)
+
+  monkeypatch.setattr(ModelConfig, 'from_config', classmethod(counted))
+  workdir = tmp_path / 'run'
+  for total_steps in (2, 4):  # A new run, then the same workdir resumed.
+    calls.clear()
+    config = short_run(corpus)
+    config.total_steps = total_steps
+    train.train_and_evaluate(config, str(workdir))
+    assert len(calls) == 1, f'ModelConfig.from_config ran {len(calls)} times in one run'
+
+
 def test_nan_learning_rate_is_skipped_from_the_first_step_and_never_saved(
     tmp_path, corpus, monkeypatch):
   # The range check refuses optim.lr=nan; without it, the step itself must hold.
-  monkeypatch.setattr(train, 'validate', lambda config: None)
+  monkeypatch.setattr(train.config_checks, 'pretrain',
+                      lambda config: ModelConfig.from_config(config.model))
   workdir = tmp_path / 'run'
   with pytest.raises(train.Diverged) as e:
     train.train_and_evaluate(short_run(corpus, **{'optim.lr': float('nan')}), str(workdir))

@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from sharedbert.bench import run as bench
-from sharedbert.bench import report as bench_report
+from sharedbert.lab.bench import run as bench
+from sharedbert.lab.bench import report as bench_report
 from sharedbert.models import flops
 from sharedbert.models.bert import ModelConfig
 
@@ -91,7 +91,7 @@ def _results(smoke_rows):
         'attn_implementation': 'sdpa', 'threads': 2, 'peak_rss_bytes': 1 << 30,
         'first_step_s': 1.0}
   return {
-      'command': 'python -m sharedbert.bench --preset=smoke', 'preset': 'smoke',
+      'command': 'python -m sharedbert.lab.bench --preset=smoke', 'preset': 'smoke',
       'machine': bench.machine_info(), 'started': 's', 'finished': 'f',
       'load_average_start': [0.5], 'load_average_end': [0.6], 'steps': 2, 'warmup': 1,
       'peak': {'matmul_n': 256, 'dtype': 'float32', 'measured_start_flops_per_s': peak,
@@ -118,7 +118,7 @@ def test_targets_and_report(smoke_rows, tmp_path):
   results['targets'] = targets
   text = bench.render_markdown(results)
   assert '| `standard` |' in text and '2.00×' in text
-  assert 'python -m sharedbert.bench --preset=smoke' in text
+  assert 'python -m sharedbert.lab.bench --preset=smoke' in text
   path = tmp_path / 'BENCHMARKS.md'
   path.write_text('# Benchmarks\n\nNotes before.\n\n<!-- bench:begin -->\nold\n'
                   '<!-- bench:end -->\n\nNotes after.\n')
@@ -170,7 +170,7 @@ def test_accelerator_tools_run_without_tensorflow():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   code = ("import sys, runpy\n"
           "sys.modules['tensorflow'] = sys.modules['tensorflow_datasets'] = None\n"
-          "import sharedbert.bench.run\n"
+          "import sharedbert.lab.bench.run\n"
           "sys.path.insert(0, 'tools'); import profile_step\n"
           "sys.argv = ['gpu_parity', '--variants=shared']\n"
           "runpy.run_path('tools/gpu_parity.py', run_name='__main__')\n")

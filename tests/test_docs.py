@@ -53,3 +53,34 @@ def test_docs_and_benchmark_results_name_no_machine_path():
         if MACHINE_PATHS.search(line):
           found.append(f'{os.path.relpath(path, root)}:{number}: {line.strip()[:120]}')
   assert not found, '\n'.join(found)
+
+
+def test_every_documented_module_command_exists():
+  """`python -m sharedbert...` and `sharedbert SUBCOMMAND` in the README, docs, configs,
+  launchers and scripts name modules that run and subcommands that exist (the library/lab
+  move renamed modules: issue 45)."""
+  import glob
+  import importlib.util
+  from sharedbert import cli
+  root = os.path.dirname(REFERENCE.rsplit(os.sep + 'docs', 1)[0] + os.sep + 'x')
+  files = [os.path.join(root, 'README.md')] + sorted(
+      glob.glob(os.path.join(root, 'docs', '**', '*.md'), recursive=True) +
+      glob.glob(os.path.join(root, 'configs', '*.py')) +
+      glob.glob(os.path.join(root, 'launch', '*')) + glob.glob(os.path.join(root, 'bench', '*.sh')))
+  modules, subcommands = set(), set()
+  for path in files:
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+    modules.update(re.findall(r'python -m (sharedbert[\w.]*)', text))
+    subcommands.update(re.findall(r'`sharedbert ([a-z_]+)[ `]', text))
+  assert 'sharedbert.main' in modules and 'study' in subcommands
+  for name in sorted(modules):
+    spec = importlib.util.find_spec(name)
+    assert spec is not None, f'documented `python -m {name}` names no module'
+    if spec.submodule_search_locations:  # A package runs its __main__.
+      assert importlib.util.find_spec(name + '.__main__'), f'{name} has no __main__'
+    else:
+      with open(spec.origin, encoding='utf-8') as f:
+        assert "__name__ == '__main__'" in f.read(), f'python -m {name} would do nothing'
+  unknown = sorted(s for s in subcommands if s not in cli.SUBCOMMANDS and s != 'run')
+  assert unknown == [], f'documented subcommands that do not exist: {unknown}'

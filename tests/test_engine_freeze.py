@@ -57,8 +57,8 @@ def run_study(root) -> dict:
   cross-domain to STS-B), reduced to one seed and one task: its run records and
   summary.json."""
   import test_study as ts
-  from sharedbert.experiments import study
-  from sharedbert.experiments import study_stats
+  from sharedbert.lab import study
+  from sharedbert.lab import study_stats
   corpus, glue_dir = ts._write_fixture_data(root)
   config = ts._toy_config(corpus, glue_dir)
   config.seeds = 1
@@ -74,7 +74,7 @@ def run_study(root) -> dict:
 
 
 def compute(root) -> dict:
-  from sharedbert.experiments import study
+  from sharedbert.lab import study
   (root / 'g').mkdir()
   (root / 's').mkdir()
   out = {'study': run_study(root / 's')}

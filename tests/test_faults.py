@@ -280,13 +280,13 @@ def test_a_config_of_the_wrong_kind_is_one_line_and_writes_nothing(tmp_path):
   """Issue 44, item 5: these gave tracebacks (rc 1). The rule for every command, then one
   of the four cases of the issue as a real command."""
   from sharedbert import cli
-  for module, mode in (('sharedbert.models.params', 'finetune'), ('sharedbert.probe', 'pretrain'),
-                       ('sharedbert.experiments.study', 'finetune'),
+  for module, mode in (('sharedbert.models.params', 'finetune'), ('sharedbert.lab.probe', 'pretrain'),
+                       ('sharedbert.lab.study', 'finetune'),
                        ('sharedbert.convert.hf', 'finetune')):
     assert cli.config_kind_error(module, mode).startswith(f'--config is a {mode} config; '
                                                           'this command takes')
   assert cli.config_kind_error('sharedbert.main', 'finetune') is None
-  assert cli.config_kind_error('sharedbert.probe', 'probe') is None
+  assert cli.config_kind_error('sharedbert.lab.probe', 'probe') is None
   workdir = tmp_path / 'w'
   result = command('study', '--config=configs/glue.py:sst2', f'--workdir={workdir}')
   one_line(result, 'sharedbert study', '--config is a finetune config; this command takes '
@@ -307,8 +307,8 @@ def test_an_encoder_that_is_no_bert_is_refused_before_anything_is_created(tmp_pa
   """Issue 44, item 5: `uptrain --encoder=<a GPT-2 folder>` refused in one line but had
   already created W/conversion/. Now uptrain and conversion check the folder first."""
   import ml_collections
-  from sharedbert.experiments import conversion
-  from sharedbert.experiments import uptrain
+  from sharedbert.lab import conversion
+  from sharedbert.lab import uptrain
   from sharedbert.models.params import load_config_file
   encoder = tmp_path / 'gpt2'
   encoder.mkdir()

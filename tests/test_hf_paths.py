@@ -250,9 +250,9 @@ def test_export_refuses_what_does_not_fit(imported, tmp_path):
 
 
 def test_conversion_experiment_on_the_fixture_bert(tmp_path):
-  """sharedbert.experiments.conversion end to end: import, every arm converted, STS-B
+  """sharedbert.lab.conversion end to end: import, every arm converted, STS-B
   zero-shot and layer errors, the summary's keys; a rerun resumes with nothing to do."""
-  from sharedbert.experiments import conversion
+  from sharedbert.lab import conversion
   words = 'the a cat dog sat on mat ran and was big small'.split()
   rng = np.random.default_rng(0)
   sent = lambda: ' '.join(rng.choice(words, 6))

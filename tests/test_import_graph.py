@@ -1,4 +1,5 @@
-"""The import graph of sharedbert has no cycle (issue #14).
+"""The import graph of sharedbert: no cycle (issue #14), the library never reaches into
+its lab (issue #45), and dependencies sit at the top of each file (issue #45).
 
 Every import of a sharedbert module counts: at the top of a file and inside a function
 (a function-level import hides a cycle from Python but not from the reader). The graph
@@ -85,11 +86,127 @@ def test_the_finder_finds_a_cycle():
 
 def test_the_graph_sees_function_level_imports():
   edges = graph()
-  # Imported inside run_squad.
-  assert 'sharedbert.tasks.squad' in edges['sharedbert.experiments.study']
+  # Imported by the study.
+  assert 'sharedbert.tasks.squad' in edges['sharedbert.lab.study']
   assert 'sharedbert.tasks.engine' in edges['sharedbert.tasks.glue_task']  # At the top.
 
 
 def test_sharedbert_has_no_import_cycle():
   cycle = find_cycle(graph())
   assert cycle is None, 'import cycle: ' + ' -> '.join(cycle)
+
+
+# ---------------------------------------------------------------------------------------
+# The library and the lab (docs/architecture.md).
+
+LAB = 'sharedbert.lab'
+# The command-line dispatch: the only modules outside the lab that may load it.
+DISPATCH = {'sharedbert.cli', 'sharedbert.main'}
+
+
+def lab_imports_outside(edges: dict[str, set]) -> list[str]:
+  """'core -> lab' for every import of the lab by a core module."""
+  return sorted(f'{m} -> {d}' for m, ds in edges.items() for d in ds
+                if not m.startswith(LAB) and m not in DISPATCH and
+                (d == LAB or d.startswith(LAB + '.')))
+
+
+def test_the_lab_check_catches_a_core_module_importing_the_lab():
+  edges = {'sharedbert.train': {'sharedbert.lab.study_plan'},
+           'sharedbert.lab.study': {'sharedbert.train'}, 'sharedbert.cli': {'sharedbert.lab'}}
+  assert lab_imports_outside(edges) == ['sharedbert.train -> sharedbert.lab.study_plan']
+
+
+def test_no_core_module_imports_the_lab():
+  edges = graph()
+  assert any(m.startswith(LAB + '.') for m in edges), 'the lab moved: update LAB'
+  assert lab_imports_outside(edges) == [], (
+      'the core (models, data, train, tasks, ...) must not import the lab (experiments, '
+      'benchmarks); move the shared code into the core instead')
+
+
+# ---------------------------------------------------------------------------------------
+# Imports at the top.
+
+# Imported where used, so that a command that does not need them does not load them:
+# heavy (TensorFlow and tfds load for seconds), or optional (torch, transformers).
+LAZY_MODULES = ('tensorflow', 'tensorflow_datasets', 'matplotlib', 'torch', 'transformers')
+# cli.py loads a subcommand's module only when it runs; the package's
+# __init__ offers `sharedbert.restore` without loading JAX for `import sharedbert`.
+LAZY_FILES = {'sharedbert/cli.py', 'sharedbert/__init__.py'}
+
+
+def function_local_imports(source: str, name: str = '<source>') -> list[str]:
+  """'line: module' for every import inside a function that is not of LAZY_MODULES."""
+  out = []
+  for fn in ast.walk(ast.parse(source, name)):
+    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      for node in ast.walk(fn):
+        if isinstance(node, ast.Import):
+          mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+          mods = ['.' * node.level + (node.module or '')]
+        else:
+          continue
+        out += [f'{node.lineno}: {m}' for m in mods if m.split('.')[0] not in LAZY_MODULES]
+  return sorted(set(out), key=lambda x: int(x.split(':')[0]))
+
+
+def test_the_import_check_catches_a_function_local_import():
+  source = ('import os\n'
+            'def f():\n  from sharedbert import train\n  import tensorflow as tf\n'
+            '  def g():\n    import numpy as np\n    from . import x\n')
+  assert function_local_imports(source) == ['3: sharedbert', '6: numpy', '7: .']
+
+
+def test_imports_sit_at_the_top_of_every_module():
+  found = []
+  for module, path in sorted(modules().items()):
+    rel = os.path.relpath(path, ROOT).replace(os.sep, '/')
+    if rel in LAZY_FILES or '/remote_code/' in rel:  # remote_code: torch, for transformers.
+      continue
+    with open(path, encoding='utf-8') as f:
+      found += [f'{rel}:{x}' for x in function_local_imports(f.read(), rel)]
+  assert found == [], 'imports inside functions (put them at the top):\n' + '\n'.join(found)
+
+
+
+# ---------------------------------------------------------------------------------------
+# Docstrings on the library's public surface.
+
+def undocumented(module) -> list[str]:
+  """Public functions and classes defined in `module`, and their public methods, that have
+  no docstring (a method inherits its base class's, as inspect.getdoc reads it)."""
+  import inspect
+  out = []
+  for name, obj in vars(module).items():
+    if name.startswith('_') or getattr(obj, '__module__', None) != module.__name__:
+      continue
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+      continue
+    doc = obj.__doc__ or ''
+    if inspect.isclass(obj) and doc.startswith(name + '('):
+      doc = ''  # The signature dataclasses write for a class that has no docstring.
+    if not doc.strip():
+      out.append(name)
+    if inspect.isclass(obj):
+      for attr, member in vars(obj).items():
+        if attr.startswith('_') or attr == 'setup':
+          continue
+        if isinstance(member, (classmethod, staticmethod)):
+          member = member.__func__
+        if isinstance(member, property):
+          member = member.fget
+        if inspect.isfunction(member) and not inspect.getdoc(getattr(obj, attr)):
+          out.append(f'{name}.{attr}')
+  return out
+
+
+def test_the_librarys_public_functions_and_classes_have_docstrings():
+  import importlib
+  found = []
+  for module in sorted(modules()):
+    if module.startswith(LAB) or '.remote_code' in module:
+      continue
+    found += [f'{module}.{n}' for n in undocumented(importlib.import_module(module))]
+  assert found == [], f'{len(found)} without a docstring:\n' + '\n'.join(found)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from sharedbert import pretrain_step
 from sharedbert import train
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
@@ -155,7 +156,7 @@ def test_a_step_that_cannot_fit_is_refused_before_the_workdir_is_written(tmp_pat
                                                                          monkeypatch):
   """The compiled step's own memory analysis against what the device has (here a device
   said to have 1 KiB free): one line naming both, and no workdir."""
-  monkeypatch.setattr(train, 'memory_available', lambda device: (1024, 'the test device'))
+  monkeypatch.setattr(pretrain_step, 'memory_available', lambda device: (1024, 'the test device'))
   config = tiny_pretrain_config(tmp_path)
   workdir = tmp_path / 'run'
   with pytest.raises(UserError, match=r'the train step needs about .* GiB per device \(compiled '

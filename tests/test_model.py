@@ -271,7 +271,7 @@ def test_training_step_scatters_only_into_the_word_table():
   segment table's, every token into one of 2 rows, is a queue of atomic adds on the same
   addresses), and the word table's runs in float32 in a bfloat16 model."""
   import re
-  from sharedbert.bench import run as bench
+  from sharedbert.lab.bench import run as bench
   timer = bench.BenchStep(bench.SIZES['smoke_fused_bf16'], 'standard')
   scatters = [line for line in timer.compiled.as_text().split('\n') if ' scatter(' in line]
   tables = [line for line in scatters if '/embeddings/' in line]
@@ -284,7 +284,7 @@ def test_one_hot_embeddings_give_the_same_numbers_without_a_scatter():
   scatter-add's in float32; the compiled step then has no embedding scatter at all."""
   import dataclasses
   import re
-  from sharedbert.bench import run as bench
+  from sharedbert.lab.bench import run as bench
   inputs = make_inputs()
   plain = BertForPretraining(ModelConfig(**TINY))
   one_hot = BertForPretraining(ModelConfig(one_hot_embeddings=True, **TINY))

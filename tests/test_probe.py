@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from sharedbert.experiments import probe
-from sharedbert.experiments import probe_report
-from sharedbert.experiments import probe_tasks as pt
+from sharedbert.lab import probe
+from sharedbert.lab import probe_report
+from sharedbert.lab import probe_tasks as pt
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.params import load_config_file
@@ -424,7 +424,7 @@ def test_a_reliable_difference_needs_a_minimum_size_and_no_ceiling():
 
 def test_smoke_preset_writes_a_sane_report_and_resumes(tmp_path):
   workdir = tmp_path / 'probe'
-  args = [sys.executable, '-m', 'sharedbert.probe', '--config=configs/probe.py:smoke',
+  args = [sys.executable, '-m', 'sharedbert.lab.probe', '--config=configs/probe.py:smoke',
           f'--workdir={workdir}']
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu', CUDA_VISIBLE_DEVICES='')
   proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
@@ -471,7 +471,7 @@ def test_smoke_preset_writes_a_sane_report_and_resumes(tmp_path):
 
 
 def test_bad_config_is_one_line_exit_2(tmp_path):
-  args = [sys.executable, '-m', 'sharedbert.probe', f'--workdir={tmp_path / "w"}',
+  args = [sys.executable, '-m', 'sharedbert.lab.probe', f'--workdir={tmp_path / "w"}',
           '--config.mqar.num_pairs=1000']
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
   proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)

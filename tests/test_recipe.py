@@ -168,7 +168,7 @@ def test_the_ablation_command_trains_each_arm_for_the_budget_and_reports(tmp_pat
   out = tmp_path / 'out'
   env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
   result = subprocess.run(
-      [sys.executable, '-m', 'sharedbert.experiments.recipe_ablation', f'--workdir={tmp_path / "w"}',
+      [sys.executable, '-m', 'sharedbert.lab.recipe_ablation', f'--workdir={tmp_path / "w"}',
        f'--out={out}', '--seconds=2', '--calibration_steps=3', '--evals=2',
        f'--corpus={corpus}', '--arms=bert,budget without mask 40%'],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

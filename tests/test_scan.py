@@ -190,8 +190,8 @@ def test_a_variant_that_cannot_be_scanned_is_a_user_error():
 
 def test_compile_time_harness():
   """tools/compile_time.py's measurement, on the smallest size (BENCHMARKS.md has BERT-base)."""
-  from sharedbert.bench import memory as bench_memory
-  from sharedbert.bench import sizes as bench_sizes
+  from sharedbert.lab.bench import memory as bench_memory
+  from sharedbert.lab.bench import sizes as bench_sizes
   row = bench_memory.step_compile_seconds(bench_sizes.SIZES['smoke'], 'standard', scan_layers=True)
   assert row['scan_layers'] and row['remat'] == 'none'
   assert row['compile_s'] > 0 and row['lower_s'] > 0 and row['memory_bytes'] > 0

@@ -8,8 +8,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sharedbert.experiments import study
-from sharedbert.experiments import study_stats
+from sharedbert.lab import study
+from sharedbert.lab import study_stats
 from sharedbert.errors import UserError
 
 _WORDS = ('the cat dog man woman sat ran on a mat house big small red blue good bad film '

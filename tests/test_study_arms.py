@@ -9,10 +9,10 @@ import os
 import numpy as np
 import pytest
 
-from sharedbert.experiments import study
-from sharedbert.experiments import study_linear
-from sharedbert.experiments import study_pretrain as sp
-from sharedbert.experiments import study_pretrain_report as spr
+from sharedbert.lab import study
+from sharedbert.lab import study_linear
+from sharedbert.lab import study_pretrain as sp
+from sharedbert.lab import study_pretrain_report as spr
 from sharedbert.errors import UserError
 
 from test_study import _toy_config, _write_fixture_data
@@ -203,7 +203,7 @@ def test_linear_probe_average_leaves_out_wnli_as_the_fine_tuning_average_does(tm
 
 
 def test_the_bottom_pretraining_table_says_it_shows_the_reference_runs():
-  from sharedbert.experiments import study_report
+  from sharedbert.lab import study_report
   text = study_report.reference_runs_sentence(
       {'standard': {'lr': 2e-3, 'seed': 0, 'init': 'constant'},
        'shared': {'lr': 2e-3, 'seed': 0, 'init': 'constant'}}, ['standard', 'shared'])

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from sharedbert.errors import UserError
-from sharedbert.experiments import study
-from sharedbert.experiments import study_long
-from sharedbert.experiments import study_long_report
+from sharedbert.lab import study
+from sharedbert.lab import study_long
+from sharedbert.lab import study_long_report
 from sharedbert.models.params import load_config_file
 from sharedbert.utils import jsonio
 
@@ -274,7 +274,7 @@ def test_device_script_runs_the_gpu_long_preset_and_refuses_without_a_gpu():
   root = os.path.dirname(study.REPO_CONFIGS)
   script = os.path.join(root, 'bench', 'gpu_long.sh')
   text = open(script).read()
-  assert 'configs/study.py:gpu_long' in text and 'sharedbert.experiments.study' in text
+  assert 'configs/study.py:gpu_long' in text and 'sharedbert.lab.study' in text
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   out = subprocess.run(['bash', script], capture_output=True, text=True, env=env, timeout=300)
   assert out.returncode != 0 and 'no GPU visible' in out.stderr

@@ -1,4 +1,4 @@
-"""sharedbert.experiments.uptrain on the fixture BERT: the arms, the calibrated plan, the
+"""sharedbert.lab.uptrain on the fixture BERT: the arms, the calibrated plan, the
 curve, the kept checkpoints, GLUE, the summary's keys and a resume with nothing to do; the
 `fresh` control of sharedbert.convert.shared; jobs that wait for others."""
 
@@ -13,7 +13,7 @@ from flax import linen as nn
 from sharedbert.convert import hf as convert_hf
 from sharedbert.convert import shared as convert_shared
 from sharedbert.errors import UserError
-from sharedbert.experiments import uptrain
+from sharedbert.lab import uptrain
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
 from sharedbert.models.params import load_config_file
 from sharedbert.utils import workers

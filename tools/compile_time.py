@@ -18,8 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def measure(attention: str, scan_layers: bool, remat: str, batch: int) -> dict:
   """One layout, in this process."""
-  from sharedbert.bench import memory as bench_memory
-  from sharedbert.bench import sizes as bench_sizes
+  from sharedbert.lab.bench import memory as bench_memory
+  from sharedbert.lab.bench import sizes as bench_sizes
   size = bench_sizes.Size(**bench_sizes.BERT_BASE, batch=batch)
   return bench_memory.step_compile_seconds(size, attention, scan_layers=scan_layers, remat=remat)
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sharedbert import pretrain_step  # noqa: E402
-from sharedbert.bench.sizes import Size, synthetic_batch  # noqa: E402
+from sharedbert.lab.bench.sizes import Size, synthetic_batch  # noqa: E402
 from sharedbert.models import attention as attention_lib  # noqa: E402
 from sharedbert.models.bert import BertForPretraining, ModelConfig  # noqa: E402
 

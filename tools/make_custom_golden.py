@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sharedbert.convert import hf as convert_hf
 from sharedbert.convert import hf_custom
 from sharedbert.convert import hf_layout
 from sharedbert.models.bert import BertForPretraining, BertForSequenceClassification, ModelConfig
@@ -139,8 +138,8 @@ def main():
     x = inputs(seed)
     with tempfile.TemporaryDirectory() as folder:
       encoder = {k: v for k, v in params.items() if k != 'classifier'}
-      convert_hf.write_custom_dir(folder, cfg, encoder, head=head,
-                                  head_params=params.get('classifier'), card='')
+      hf_custom.write_dir(folder, cfg, encoder, head=head,
+                          head_params=params.get('classifier'), card='')
       npz = os.path.join(folder, 'inputs.npz')
       np.savez(npz, **x)
       done = subprocess.run([args.hf_python, '-c', TORCH_SIDE, folder, npz],

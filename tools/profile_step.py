@@ -2,8 +2,8 @@
 
     python tools/profile_step.py --size=small --variant=shared [--traced_steps=3] [--out=/tmp/prof]
 
-Builds the benchmark's step (`sharedbert.bench.run.BenchStep`: the same compiled training step
-as `python -m sharedbert.bench`), times a few steps, traces `--traced_steps` more with the Python
+Builds the benchmark's step (`sharedbert.lab.bench.run.BenchStep`: the same compiled training step
+as `python -m sharedbert.lab.bench`), times a few steps, traces `--traced_steps` more with the Python
 tracer off, and sums each XLA op's time from the trace (Perfetto JSON). Each op is attributed
 through the `op_name` metadata of the compiled HLO to a part of the model (attention, FFN,
 LayerNorms, MLM head, optimizer) and to the forward or backward pass, and split into matrix
@@ -35,10 +35,10 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import jax  # noqa: E402
 
-from sharedbert.bench.run import BenchStep  # noqa: E402
-from sharedbert.bench.sizes import SIZES  # noqa: E402
+from sharedbert.lab.bench.run import BenchStep  # noqa: E402
+from sharedbert.lab.bench.sizes import SIZES  # noqa: E402
 
-flags.DEFINE_string('size', 'small', 'A size of sharedbert.bench.sizes.SIZES.')
+flags.DEFINE_string('size', 'small', 'A size of sharedbert.lab.bench.sizes.SIZES.')
 flags.DEFINE_string('variant', 'standard', 'Attention variant.')
 flags.DEFINE_integer('traced_steps', 3, 'Traced steps.')
 flags.DEFINE_string('out', '/tmp/profile_step', 'Where the trace goes.')

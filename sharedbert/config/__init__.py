@@ -89,6 +89,7 @@ def parse_arg(arg: str | None, known: dict[str, object],
 
 
 def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
+  """The model section for `attention` at a named size (SIZES: tiny, small, base, ...)."""
   m = ml_collections.ConfigDict()
   m.attention = attention
   m.update(SIZES[size])
@@ -125,7 +126,7 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
 # second of wall time on small hardware, after Cramming (Geiping & Goldstein 2022, arXiv
 # 2212.14034) and Wettig et al. 2022 (arXiv 2202.08005), measured in docs/recipe/recipe.md. The
 # same keys for every attention variant, so a study stays matched. Grouped by idea: each
-# group is one row of the ablation (sharedbert.experiments.recipe_ablation leaves it out).
+# group is one row of the ablation (sharedbert.lab.recipe_ablation leaves it out).
 BUDGET_RECIPE = {
     'pre-LN': {'model.pre_layer_norm': True},
     'no dropout': {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0},
@@ -173,6 +174,7 @@ def recipe_overrides(recipe: str, without: tuple[str, ...] = (),
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, object]):
+  """Sets each {'a.b': value} in `config` in place (for presets' overrides)."""
   for dotted, value in overrides.items():
     *parents, leaf = dotted.split('.')
     node = config

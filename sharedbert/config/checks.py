@@ -1,26 +1,23 @@
 """The checks of a whole config, before a command writes anything: one function per
-kind, `pretrain` (sharedbert.main, mode 'pretrain'), `glue` (mode 'finetune',
-configs/glue.py) and `study` (sharedbert.experiments.study, configs/study.py). Each key's range is
+kind, `pretrain` (sharedbert.main, mode 'pretrain') and `glue` (mode 'finetune',
+configs/glue.py); the study's (configs/study.py) is sharedbert.lab.study_plan.check_config,
+which runs these on every config the study makes. Each key's range is
 in sharedbert/config/validation.py's tables; here, how the keys fit together.
 """
 
 from __future__ import annotations
 
-import os
-
 from sharedbert.config import validation
+from sharedbert.data import glue as glue_data
 from sharedbert.errors import UserError
+from sharedbert.models.bert import ModelConfig
 
 
-def _full_model(model_cfg):
-  from sharedbert.models.bert import ModelConfig
-  return ModelConfig.from_config(model_cfg)  # Ranges (`model`), then the variant's checks.
-
-
-def pretrain(config) -> None:
-  """Every value of a pretraining config, and how they must fit together."""
+def pretrain(config) -> ModelConfig:
+  """Every value of a pretraining config, and how they must fit together; returns the
+  model's config, built once here (ranges of `model`, then the variant's own checks)."""
   validation.check_table(config, validation.PRETRAIN)
-  model_cfg = _full_model(config.model)
+  model_cfg = ModelConfig.from_config(config.model)
   d, optim = config.data, config.optim
   if d.seq_len > model_cfg.max_position_embeddings:
     raise UserError(f'data.seq_len={d.seq_len} exceeds model.max_position_embeddings='
@@ -39,6 +36,7 @@ def pretrain(config) -> None:
                     f'{config.total_steps}; set it to 0 (the schedule ends at total_steps) '
                     'or to at least total_steps')
   _check_axis_rules(config.mesh)
+  return model_cfg
 
 
 def _check_axis_rules(mesh_cfg):
@@ -53,32 +51,8 @@ def _check_axis_rules(mesh_cfg):
 def glue(config) -> None:
   """Every value of a fine-tuning config (configs/glue.py); the files are the preflight's."""
   validation.check_table(config, validation.GLUE)
-  from sharedbert.data import glue as glue_data
   if config.task.strip().lower() != 'all':
     for name in config.task.split(','):
       if name.strip():
         glue_data.get_task(name.strip())  # A UserError naming the known tasks.
   _check_axis_rules(config.mesh)
-
-
-def study(config) -> None:
-  """The study's own values, then each pretraining and fine-tuning config it will run."""
-  validation.check_table(config, validation.STUDY)
-  for i, level in enumerate(config.robustness.levels):
-    validation.number(0).check(f'robustness.levels[{i}]', level)
-  versions = tuple(config.squad.versions)
-  for v in versions:
-    if v not in validation.SQUAD_VERSIONS:
-      known = ', '.join(map(repr, validation.SQUAD_VERSIONS))
-      raise UserError(f'squad.versions must hold only {known}, '
-                      f'got {versions!r}')
-  from sharedbert.experiments import study_plan as study_lib
-  variants = study_lib.variants_of(config)
-  for variant in variants:
-    pretrain(study_lib.pretrain_config(config, variant))
-  study_lib.baselines_of(config, variants)
-  # None: 'auto', the tasks of the glue_data folder (found by the study's preflight).
-  tasks = study_lib.listed_glue_tasks(config) or ['all']
-  for task in tasks:
-    # init_from is the study's own pretraining workdir, made by stage 1.
-    glue(study_lib.glue_config(config, os.path.join('pretrain', variants[0]), task))

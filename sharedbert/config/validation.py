@@ -19,6 +19,7 @@ import numbers
 import os
 import tempfile
 from typing import Any, Callable, Mapping
+import dataclasses
 
 from sharedbert.errors import UserError
 
@@ -35,6 +36,7 @@ class Range:
     self.test = test
 
   def check(self, key: str, value):
+    """Raises a UserError naming `key`, the range and `value` when value is out of range."""
     try:
       ok = bool(self.test(value))
     except (TypeError, ValueError):
@@ -52,6 +54,7 @@ def _is_number(v) -> bool:
 
 
 def integer(low: int | None = None, high: int | None = None, text: str | None = None) -> Range:
+  """A Range of integers in [low, high] (either end open when None), said as `text`."""
   if text is None:
     if low == 1 and high is None:
       text = 'a positive integer'
@@ -85,6 +88,7 @@ def number(low: float | None = None, high: float | None = None, *, low_open=Fals
 
 
 def one_of(*choices) -> Range:
+  """A Range that holds exactly `choices`."""
   return Range(f'one of {", ".join(repr(c) for c in choices)}', lambda v: v in choices)
 
 
@@ -253,6 +257,7 @@ def _lookup(config, path: str):
 
 
 def check_table(config, table: Mapping[str, Range], prefix: str = ''):
+  """Checks every key of `table` that `config` has (its Range); missing keys are skipped."""
   for key, valid in table.items():
     found, value = _lookup(config, key)
     if found:
@@ -266,7 +271,6 @@ def model(model_cfg) -> None:
   `check_config`; ModelConfig.validate runs both.
   """
   if not isinstance(model_cfg, Mapping) and not hasattr(model_cfg, 'keys'):
-    import dataclasses
     model_cfg = {f.name: getattr(model_cfg, f.name) for f in dataclasses.fields(model_cfg)}
   check_table(model_cfg, MODEL, 'model.')
 

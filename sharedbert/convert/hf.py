@@ -40,6 +40,7 @@ import json
 import re
 import os
 import shutil
+import tempfile
 
 from absl import app
 from absl import flags
@@ -50,6 +51,9 @@ import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_flags
 import numpy as np
+import orbax.checkpoint as ocp
+from safetensors.numpy import load_file
+from safetensors.numpy import save_file
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.config import validation
@@ -62,6 +66,9 @@ from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_f
                                           hf_from_params,
                                   model_config_from_hf, params_from_hf)
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
+from sharedbert import config as sb_config
+from sharedbert import pretrain_step
+from sharedbert import train
 
 FLAGS = flags.FLAGS
 
@@ -85,7 +92,6 @@ def _define_flags():
 
 def read_hf_dir(hf_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
   """(config.json as a dict, tensors) of a Hugging Face model directory."""
-  from safetensors.numpy import load_file
   config_path = os.path.join(hf_dir, 'config.json')
   if not os.path.isfile(config_path):
     raise UserError(f'{config_path} does not exist; --hf_dir must be a directory that '
@@ -132,7 +138,6 @@ def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | 
                  head_params: Params | None = None):
   """config.json and model.safetensors: BertForMaskedLM, or with `head` (a fine-tuned
   classifier's description, see sharedbert.tasks.finetune) BertForSequenceClassification."""
-  from safetensors.numpy import save_file
   hf_config = hf_config_from_model(cfg)
   if head is None:
     tensors = hf_from_params(params, cfg)
@@ -209,7 +214,6 @@ def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Par
   Only the parameters are read (not the optimizer state), on one device, whatever mesh
   the checkpoint was saved from.
   """
-  import orbax.checkpoint as ocp
   directory = checkpoint_lib.checkpoint_dir(workdir)
   if not os.path.isdir(directory):
     raise UserError(f'{workdir} has no checkpoints/ directory; is it a sharedbert workdir?')
@@ -244,8 +248,6 @@ def write_checkpoint(workdir: str, config, params: Params, *, source: str,
   The optimizer state is fresh, so `sharedbert.main` with this workdir resumes at step 0
   from these parameters.
   """
-  from sharedbert import pretrain_step
-  from sharedbert import train  # Imports TensorFlow: only when writing.
   model_cfg = ModelConfig.from_config(config.model)
   expected = jax.tree.map(lambda x: (x.shape, np.dtype(x.dtype)), _abstract_params(model_cfg))
   got = jax.tree.map(lambda x: (x.shape, np.dtype(x.dtype)), params)
@@ -278,6 +280,7 @@ def _abstract_params(model_cfg: ModelConfig):
 
 
 def read_workdir_config(workdir: str) -> ml_collections.ConfigDict:
+  """A workdir's config.json as a ConfigDict; a UserError when missing or not a config."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(path):
     raise UserError(f'{path} does not exist; is {workdir} a sharedbert workdir?')
@@ -291,7 +294,6 @@ def read_workdir_config(workdir: str) -> ml_collections.ConfigDict:
 # The two directions.
 
 def _default_recipe():
-  from sharedbert import config as sb_config
   return sb_config.pretrain_config('standard')
 
 
@@ -368,7 +370,6 @@ def remove_stale_work_dirs(parent: str) -> list[str]:
 
 
 def _temp_dir_beside(target: str, kind: str = 'tmp') -> str:
-  import tempfile
   parent = os.path.dirname(os.path.abspath(target))
   os.makedirs(parent, exist_ok=True)
   remove_stale_work_dirs(parent)
@@ -494,7 +495,7 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
     head_params = all_params['classifier']
   else:
     model_cfg, params, _, step = read_params(workdir, step)
-  custom = custom_code or needs_custom_code(model_cfg, head)
+  custom = custom_code or hf_custom.needs_custom_code(model_cfg, head)
   if custom:
     hf_custom.config_json(model_cfg, head)  # Refuses a variant without PyTorch code.
   else:
@@ -516,8 +517,9 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
   tmp = _temp_dir_beside(hf_dir)
   try:
     if custom:
-      write_custom_dir(tmp, model_cfg, params, head=head, head_params=head_params,
-                       card=_card(workdir, model_cfg, params, step, head, head_params))
+      card = hf_custom.card_from_workdir(workdir, model_cfg, params, step, head, head_params)
+      hf_custom.write_dir(tmp, model_cfg, params, head=head, head_params=head_params,
+                          card=card)
     else:
       write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
     names = write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)
@@ -544,54 +546,8 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
   return notes
 
 
-def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
-  """Whether no transformers architecture computes this model: any variant but standard, a
-  causal mask, no position table, or a classifier on the mean of the tokens."""
-  return (cfg.attention != 'standard' or cfg.causal or not cfg.position_embeddings
-          or (head is not None and head.get('pooling', 'cls') != 'cls'))
-
-
-def write_custom_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | None,
-                     head_params: Params | None, card: str):
-  """config.json, the two code files, model.safetensors (sharedbert's names) and README.md."""
-  from safetensors.numpy import save_file
-  tree = dict(params)
-  if head is not None:
-    tree['classifier'] = head_params
-  os.makedirs(hf_dir, exist_ok=True)
-  with open(os.path.join(hf_dir, 'config.json'), 'w', encoding='utf-8') as f:
-    json.dump(hf_custom.config_json(cfg, head), f, indent=2, sort_keys=True)
-    f.write('\n')
-  for name in hf_custom.CODE_FILES:
-    shutil.copyfile(os.path.join(hf_custom.CODE_DIR, name), os.path.join(hf_dir, name))
-  save_file(hf_custom.tensors_from_params(tree), os.path.join(hf_dir, 'model.safetensors'),
-            metadata={'format': 'pt'})
-  with open(os.path.join(hf_dir, 'README.md'), 'w', encoding='utf-8') as f:
-    f.write(card)
-
-
-def _card(workdir: str, cfg: ModelConfig, params: Params, step: int, head, head_params) -> str:
-  """The model card, with the recipe and held-out accuracy the workdir recorded."""
-  recipe, accuracy = {}, None
-  pretrain_dir = head['init_from'] if head and head.get('init_from') else workdir
-  try:
-    c = _read_json(os.path.join(pretrain_dir, 'config.json'))
-    recipe = {'total_steps': int(c['total_steps']), 'batch_size': int(c['data']['batch_size']),
-              'seq_len': int(c['data']['seq_len']), 'lr': float(c['optim']['lr'])}
-  except (UserError, KeyError, TypeError, ValueError):
-    pass
-  summary = os.path.join(pretrain_dir, 'summary.json')
-  if os.path.isfile(summary):
-    try:
-      accuracy = float(_read_json(summary).get('eval_mlm_accuracy'))
-    except (UserError, TypeError, ValueError):
-      accuracy = None
-  tree = dict(params) if head is None else {**params, 'classifier': head_params}
-  return hf_custom.model_card(cfg, tree, step=step, recipe=recipe, mlm_accuracy=accuracy,
-                              head=head)
-
-
 def main(argv):
+  """`sharedbert convert_hf import|export`: argv[1] says which way; prints the notes."""
   logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.
   with one_line_errors('sharedbert convert_hf', FLAGS.verbose):
     if len(argv) != 2 or argv[1] not in ('import', 'export'):

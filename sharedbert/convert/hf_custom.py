@@ -6,16 +6,21 @@ configuration_sharedbert.py and modeling_sharedbert.py (from remote_code/, PyTor
 transformers only), model.safetensors and a model card. The tensors keep sharedbert's
 parameter paths and shapes (joined with '.', layers unstacked), so the map is the identity:
 `tensors_from_params` and `params_from_tensors` are inverses, and an export, import and
-export again writes identical tensors. sharedbert.convert.hf reads and writes the files.
+export again writes identical tensors. `write_dir` writes such a folder (with the card
+of `card_from_workdir`); sharedbert.convert.hf decides when (`needs_custom_code`) and reads
+it back.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
@@ -214,3 +219,49 @@ def model_card(cfg: ModelConfig, params: dict[str, Any], *, step: int, recipe: d
       'Written by `sharedbert convert_hf export`; `sharedbert convert_hf import` reads it back.',
       '']
   return '\n'.join(lines)
+
+
+def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
+  """Whether no transformers architecture computes this model: any variant but standard, a
+  causal mask, no position table, or a classifier on the mean of the tokens."""
+  return (cfg.attention != 'standard' or cfg.causal or not cfg.position_embeddings
+          or (head is not None and head.get('pooling', 'cls') != 'cls'))
+
+
+def write_dir(hf_dir: str, cfg: ModelConfig, params: dict[str, Any], *, head: dict | None,
+              head_params: dict[str, Any] | None, card: str):
+  """config.json, the two code files, model.safetensors (sharedbert's names) and README.md."""
+  tree = dict(params)
+  if head is not None:
+    tree['classifier'] = head_params
+  os.makedirs(hf_dir, exist_ok=True)
+  with open(os.path.join(hf_dir, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(config_json(cfg, head), f, indent=2, sort_keys=True)
+    f.write('\n')
+  for name in CODE_FILES:
+    shutil.copyfile(os.path.join(CODE_DIR, name), os.path.join(hf_dir, name))
+  save_file(tensors_from_params(tree), os.path.join(hf_dir, 'model.safetensors'),
+            metadata={'format': 'pt'})
+  with open(os.path.join(hf_dir, 'README.md'), 'w', encoding='utf-8') as f:
+    f.write(card)
+
+
+def card_from_workdir(workdir: str, cfg: ModelConfig, params: dict[str, Any], step: int, head,
+                      head_params) -> str:
+  """The model card, with the recipe and held-out accuracy the workdir recorded."""
+  recipe, accuracy = {}, None
+  pretrain_dir = head['init_from'] if head and head.get('init_from') else workdir
+  try:  # What the workdir recorded, when it can be read: the card is written without it.
+    with open(os.path.join(pretrain_dir, 'config.json'), encoding='utf-8') as f:
+      c = json.load(f)
+    recipe = {'total_steps': int(c['total_steps']), 'batch_size': int(c['data']['batch_size']),
+              'seq_len': int(c['data']['seq_len']), 'lr': float(c['optim']['lr'])}
+  except (OSError, KeyError, TypeError, ValueError):
+    pass
+  try:
+    with open(os.path.join(pretrain_dir, 'summary.json'), encoding='utf-8') as f:
+      accuracy = float(json.load(f).get('eval_mlm_accuracy'))
+  except (OSError, AttributeError, TypeError, ValueError):
+    accuracy = None
+  tree = dict(params) if head is None else {**params, 'classifier': head_params}
+  return model_card(cfg, tree, step=step, recipe=recipe, mlm_accuracy=accuracy, head=head)

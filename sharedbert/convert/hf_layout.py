@@ -40,6 +40,7 @@ _IGNORED_KEYS = tuple(f'{p}.embeddings.{n}' for p in PREFIX.values()
 
 
 def model_type(cfg: ModelConfig) -> str:
+  """The transformers family of `cfg`: 'roberta-prelayernorm' (pre-LN) or 'bert'."""
   return PRE_LN if cfg.pre_layer_norm else BERT
 
 

@@ -29,7 +29,7 @@ pair is the exact least-squares answer (Eckart-Young); the diagonals are scaled 
 
 --fit=fresh (any variant): nothing is fitted; attention is initialised as a new model of
 the variant would be (--seed), everything else copied: the control that shows what a fit is
-worth once training continues (sharedbert.experiments.uptrain).
+worth once training continues (sharedbert.lab.uptrain).
 
 kv_shared: per layer and head, K = V = x W_kv fitted to what attention computes, the score
 form [W_q; b_q] W_k^T and the value path W_v W_o (sharedbert/models/fit.py,
@@ -59,13 +59,20 @@ import os
 from absl import app
 from absl import flags
 from absl import logging
+from flax import linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from sharedbert.convert import hf as convert_hf
 from sharedbert.config import validation
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import ModelConfig, to_layout, unstack_layers
+from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout, unstack_layers
+from sharedbert.data import sources
+from sharedbert.evaluators import sts
+from sharedbert.models import fit as fit_lib
 
 FLAGS = flags.FLAGS
 
@@ -114,17 +121,12 @@ def _convert(params, source_cfg, target_cfg, fit=None,
   return out, fit
 
 
-FRESH = 'fresh'  # Not a fit: the control arm of the uptraining (sharedbert.experiments.uptrain).
+FRESH = 'fresh'  # Not a fit: the control arm of the uptraining (sharedbert.lab.uptrain).
 
 
 def fresh_attention(params: dict, target_cfg: ModelConfig, seed: int = 0) -> dict:
   """`params` (a standard model's, layers unstacked) with every attention parameter replaced
   by a fresh initialisation of `target_cfg`'s variant (seed `seed`); the rest is copied."""
-  import jax
-  import jax.numpy as jnp
-  import numpy as np
-  from flax import linen as nn
-  from sharedbert.models.bert import BertForPretraining
   ids = jnp.zeros((1, 1), jnp.int32)
   model = BertForPretraining(dataclasses.replace(target_cfg, scan_layers=False))
   init = nn.unbox(model.init(jax.random.key(seed), ids, ids, jnp.ones_like(ids), ids))
@@ -141,8 +143,6 @@ def input_moments(source_cfg: ModelConfig, params: dict, tokenizer, texts,
                   seq_len: int = 64) -> list:
   """Each layer's input second moment E[[x 1]^T [x 1]] on `texts`, through the source model
   (sharedbert.models.fit.input_moments), for --fit_text."""
-  from sharedbert.evaluators import sts
-  from sharedbert.models import fit as fit_lib
   if source_cfg.pre_layer_norm:
     raise UserError('--fit_text: the input moments are taken as a post-LN model\'s layer '
                     'inputs; this source is pre-LN')
@@ -161,8 +161,6 @@ def input_moments(source_cfg: ModelConfig, params: dict, tokenizer, texts,
 def sample_texts(path: str, count: int, split: str = 'train') -> list[str]:
   """A fixed sample (seed 0) of `count` paragraphs of a local text corpus, from the split
   the pretraining pipeline would call `split` (so 'eval' texts are never fitted on)."""
-  import numpy as np
-  from sharedbert.data import sources
   docs = sources.split_documents(sources.local_documents(path), split, 0.05)
   if not docs:
     raise UserError(f'--fit_text={path} has no paragraphs in its {split} split')
@@ -179,6 +177,8 @@ def convertible_variants() -> list[str]:
 
 def target_model_config(source_cfg: ModelConfig, attention: str, masa_atoms: int = 0,
                         masa_projections: str = 'qkvo') -> ModelConfig:
+  """The model config of `source_cfg` converted to `attention` (masa's settings as given); a
+  UserError for an unknown variant."""
   if attention not in attention_lib.VARIANTS:
     raise UserError(f'unknown attention variant {attention!r}; convert to one of '
                     f'{", ".join(convertible_variants())}')
@@ -245,6 +245,7 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
 
 
 def main(argv):
+  """`sharedbert convert_shared`: --source converted to --attention, written to --target."""
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.

@@ -20,6 +20,7 @@ _SKIP_DIRS = {'test', 'tests', 'idlelib', 'site-packages', 'dist-packages', 'lib
 
 
 def stdlib_dir() -> str:
+  """The folder of Python's standard library (the demo corpus reads its docstrings)."""
   return sysconfig.get_paths()['stdlib']
 
 

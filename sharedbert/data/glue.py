@@ -51,10 +51,12 @@ class TaskSpec:
 
   @property
   def splits(self) -> tuple[str, ...]:
+    """Every split of the task: train, dev and test, in that order."""
     return self.train_splits + self.dev_splits + self.test_splits
 
   @property
   def is_pair(self) -> bool:
+    """Whether an example is a pair of texts (MRPC, QQP, MNLI, ...)."""
     return len(self.tfds_text_fields) == 2
 
 

@@ -131,6 +131,7 @@ class InMemoryData:
 
   @property
   def num_rows(self) -> int:
+    """The number of packed rows in one epoch."""
     return len(self.rows)
 
   def _permutation(self, epoch: int) -> np.ndarray:
@@ -141,6 +142,8 @@ class InMemoryData:
     return self._perm_cache[epoch]
 
   def batch(self, step: int) -> Batch:
+    """This process's rows of global batch `step`, masked for its epoch (a pure function of
+    step)."""
     start = step * self.global_batch + self.process_index * self.local_batch
     g = np.arange(start, start + self.local_batch)
     epoch, within = g // self.num_rows, g % self.num_rows
@@ -152,6 +155,7 @@ class InMemoryData:
     return mask_rows(self.rows[idx], keys, seed=self.seed, **self.masking)
 
   def batches(self, start_step: int = 0) -> Iterator[Batch]:
+    """batch(step) for step = start_step, start_step + 1, ... (endless)."""
     for step in itertools.count(start_step):
       yield self.batch(step)
 
@@ -200,6 +204,7 @@ class StreamingData:
       buf[j] = row
 
   def batches(self, start_step: int = 0) -> Iterator[Batch]:
+    """This process's batches from `start_step` on (the earlier rows skipped), endless."""
     rows = self._shuffled()
     for _ in range(start_step * self.local_batch):
       next(rows)

@@ -33,6 +33,7 @@ CORPUS_KEY = 'config.data.corpus'
 
 
 def is_tfds(corpus: str) -> bool:
+  """Whether `corpus` names a tfds dataset ('tfds:name/config')."""
   return corpus.startswith('tfds:')
 
 
@@ -105,6 +106,7 @@ def local_documents(path: str) -> list[str]:
 
 
 def in_memory_documents(corpus: str) -> list[str]:
+  """The documents of a local corpus (a file or folder of text) or of 'demo'."""
   if corpus == 'demo':
     return demo_corpus.documents()
   return local_documents(os.path.expanduser(corpus))
@@ -116,6 +118,8 @@ def is_heldout(index: int, eval_fraction: float) -> bool:
 
 
 def split_documents(docs: list[str], split: str, eval_fraction: float) -> list[str]:
+  """The documents of `split` ('train' or 'eval', by a fixed hash of the index); a UserError
+  when none are left."""
   keep_heldout = split == 'eval'
   out = [d for i, d in enumerate(docs) if is_heldout(i, eval_fraction) == keep_heldout]
   if not out:

@@ -28,6 +28,15 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
+from tokenizers import AddedToken
+from tokenizers import Regex
+from tokenizers import Tokenizer as HfTokenizer
+from tokenizers import decoders
+from tokenizers import models
+from tokenizers import normalizers
+from tokenizers import pre_tokenizers
+from tokenizers import processors
 
 from sharedbert.utils import paths
 from sharedbert.errors import UserError
@@ -50,6 +59,7 @@ class Tokenizer:
 
   @property
   def vocab_size(self) -> int:
+    """The number of tokens, special ones included."""
     raise NotImplementedError
 
   @property
@@ -62,6 +72,7 @@ class Tokenizer:
     return {n: self.id_to_piece(getattr(self, f'{n}_id')) for n in SPECIAL_NAMES}
 
   def encode(self, texts: Sequence[str], num_threads: int = 0) -> list[list[int]]:
+    """The ids of each text, without [CLS]/[SEP]."""
     raise NotImplementedError
 
   def decode(self, ids: Iterable[int]) -> str:
@@ -69,6 +80,7 @@ class Tokenizer:
     raise NotImplementedError
 
   def id_to_piece(self, i: int) -> str:
+    """The vocabulary's piece for id `i`."""
     raise NotImplementedError
 
   def token_text(self, i: int) -> str:
@@ -179,7 +191,7 @@ class SentencePieceTokenizer(Tokenizer):
     save(self, os.path.join(workdir, VOCAB_FILE))
 
   def model_type(self) -> str:
-    from sentencepiece import sentencepiece_model_pb2
+    """The sentencepiece model's type: 'UNIGRAM' or 'BPE'."""
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(self.model_proto)
     return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type)
@@ -193,9 +205,6 @@ class SentencePieceTokenizer(Tokenizer):
     of equal total score (to float32 rounding) can be split either way: rare (see
     README).
     """
-    from sentencepiece import sentencepiece_model_pb2
-    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
-    from tokenizers import Tokenizer as HfTokenizer
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(self.model_proto)
     if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
@@ -230,8 +239,6 @@ class WordPieceTokenizer(Tokenizer):
   def __init__(self, vocab: Sequence[str], *, lowercase: bool = True,
                strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
                special: dict[str, str] | None = None, source: str = WORDPIECE_FILE):
-    from tokenizers import Tokenizer as HfTokenizer
-    from tokenizers import decoders, models, normalizers, pre_tokenizers
     self.vocab = list(vocab)
     self.lowercase, self.strip_accents = bool(lowercase), strip_accents
     self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
@@ -266,6 +273,7 @@ class WordPieceTokenizer(Tokenizer):
     return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
 
   def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """(ids, (start, end) character offsets of each id in `text`), without special tokens."""
     e = self.tok.encode(text, add_special_tokens=False)
     return list(e.ids), [tuple(o) for o in e.offsets]
 
@@ -300,7 +308,6 @@ class WordPieceTokenizer(Tokenizer):
 
   def to_hf_tokenizer(self):
     """The `tokenizers.Tokenizer` behind this one, with BERT's [CLS] ... [SEP] template."""
-    from tokenizers import Tokenizer as HfTokenizer
     tok = HfTokenizer.from_str(self.tok.to_str())
     _bert_post_processor(tok, self)
     return tok
@@ -311,7 +318,6 @@ _BERT_SPECIALS = {'pad': '[PAD]', 'unk': '[UNK]', 'cls': '[CLS]', 'sep': '[SEP]'
 
 
 def _bert_post_processor(tok, ours: Tokenizer):
-  from tokenizers import processors
   cls, sep = ours.id_to_piece(ours.cls_id), ours.id_to_piece(ours.sep_id)
   tok.post_processor = processors.TemplateProcessing(
       single=f'{cls} $A {sep}', pair=f'{cls} $A {sep} $B:1 {sep}:1',
@@ -416,6 +422,7 @@ def _write_atomic(path: str, data: bytes):
 
 
 def save(tokenizer: SentencePieceTokenizer, path: str):
+  """Writes the sentencepiece model of `tokenizer` to `path` (atomically)."""
   _write_atomic(path, tokenizer.model_proto)
 
 

@@ -26,10 +26,13 @@ import numpy as np
 from sharedbert.data import glue
 from sharedbert.errors import UserError
 from sharedbert.metrics import glue as glue_metrics
+from sharedbert.tasks import engine
 
 
 @dataclasses.dataclass(frozen=True)
 class Transfer:
+  """A cross-domain transfer: a model fine-tuned on `source` scored on `target` through a
+  label mapping."""
   name: str
   source: str                     # The GLUE task the model is fine-tuned on.
   target: str                     # A GLUE task, or 'imdb'.
@@ -108,6 +111,7 @@ def get_transfer(name: str) -> Transfer:
 
 
 def describe(transfer: Transfer, threshold: float) -> str:
+  """The transfer's label mapping in words, with its STS-B threshold."""
   return transfer.mapping.format(threshold=threshold)
 
 
@@ -144,7 +148,6 @@ def read_imdb(split: str, tfds_data_dir: Optional[str], max_examples: int = 0) -
 
 
 def _subset(examples, max_examples: int):
-  from sharedbert.tasks import engine  # jax: not for the study's plan, which imports this.
   return engine.subset(examples, max_examples)
 
 

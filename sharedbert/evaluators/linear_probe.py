@@ -14,17 +14,17 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import jax
+import jax.numpy as jnp
 
 from sharedbert.metrics import glue as glue_metrics
+from sharedbert.models.bert import BertEncoder
 
 LAMBDAS = (1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
 
 
 @functools.lru_cache(maxsize=None)
 def _encode_fn(model_cfg):
-  import jax
-  import jax.numpy as jnp
-  from sharedbert.models.bert import BertEncoder
 
   @jax.jit
   def encode(params, ids, segments, mask):

@@ -29,6 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sharedbert.tasks import engine
+
+
 ScoreFn = Callable[[np.ndarray], float]
 
 
@@ -68,7 +71,6 @@ def predict_with_noise(predict, params, batches: Sequence[dict], level: float,
 def make_batches(input_ids: np.ndarray, segment_ids: np.ndarray, batch_size: int) -> list[dict]:
   """Fixed-size batches in row order, the last padded with rows of weight 0
   (engine.make_batch), so one shape is compiled; `rows`: how many are real."""
-  from sharedbert.tasks import engine
   arrays = {'input_ids': input_ids, 'segment_ids': segment_ids}
   batches = []
   for start in range(0, len(input_ids), batch_size):

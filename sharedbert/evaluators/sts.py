@@ -12,15 +12,20 @@ are from the original's: conversion quality measured on what the model is for.
 from __future__ import annotations
 
 import numpy as np
+import jax.numpy as jnp
+from scipy import stats as sp_stats
 
 from sharedbert.evaluators import linear_probe
+from sharedbert.convert import hf as convert_hf
+from sharedbert.data import glue
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.errors import UserError
+from sharedbert.models.bert import BertEncoder
+from sharedbert.tasks import engine
 
 
 def load_encoder(workdir: str):
   """(model config, encoder params, tokenizer) of a workdir's latest checkpoint."""
-  from sharedbert.convert import hf as convert_hf
-  from sharedbert.data import tokenizer as tokenizer_lib
-  from sharedbert.errors import UserError
   model_cfg, params, _, _ = convert_hf.read_params(workdir)
   tokenizer = tokenizer_lib.load_workdir(workdir)
   if tokenizer is None:
@@ -40,8 +45,6 @@ def tokenize(tokenizer, texts, seq_len: int):
 
 def stsb_dev(glue_dir: str, max_examples: int = 0):
   """(sentences a, sentences b, gold scores) of STS-B's dev set."""
-  from sharedbert.data import glue
-  from sharedbert.tasks import engine
   examples = engine.subset(glue.load_examples('stsb', 'validation', glue_dir=glue_dir), max_examples)
   return ([ex.text_a for ex in examples], [ex.text_b for ex in examples],
           np.asarray([ex.label for ex in examples], np.float64))
@@ -49,7 +52,6 @@ def stsb_dev(glue_dir: str, max_examples: int = 0):
 
 def zero_shot_spearman(model_cfg, params, tokenizer, pairs, seq_len: int = 128) -> float:
   """Spearman correlation of cosine(mean-pooled a, mean-pooled b) with the gold scores."""
-  from scipy import stats as sp_stats
   seq_len = min(seq_len, model_cfg.max_position_embeddings)
   a, b, gold = pairs
   ea, eb = (linear_probe.mean_pooled(model_cfg, params, *tokenize(tokenizer, texts, seq_len))
@@ -61,8 +63,6 @@ def zero_shot_spearman(model_cfg, params, tokenizer, pairs, seq_len: int = 128) 
 
 def hidden_states(model_cfg, params, ids, segments, lengths) -> list[np.ndarray]:
   """Each layer's output (the embeddings first), [n, T, D], float64."""
-  import jax.numpy as jnp
-  from sharedbert.models.bert import BertEncoder
   mask = (np.arange(ids.shape[1])[None] < lengths[:, None]).astype(np.int32)
   out = BertEncoder(model_cfg).apply({'params': params}, jnp.asarray(ids), jnp.asarray(segments),
                                      jnp.asarray(mask), return_hidden_states=True)

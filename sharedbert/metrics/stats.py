@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from scipy import stats as sp_stats
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 
@@ -47,7 +48,6 @@ def t_interval(values, confidence: float = 0.95) -> tuple[float, float]:
   Of per-seed differences between two systems, it is the seed-paired interval: one that
   excludes 0 says the difference holds across seeds, not just for the seeds drawn.
   """
-  from scipy import stats as sp_stats
   v = np.asarray(values, np.float64).ravel()
   if v.size < 2:
     return float('nan'), float('nan')
@@ -209,7 +209,6 @@ def paired_tests(diffs, delta: float) -> dict:
   loss of a variant minus standard's, in nats): the mean, the two-sided p of 'no
   difference', and the TOST p of 'equivalent within +-delta' (the larger of the two
   one-sided p-values)."""
-  from scipy import stats as sp_stats
   d = np.asarray(diffs, np.float64).ravel()
   if d.size < 2:
     raise ValueError('a paired test needs at least 2 seeds')

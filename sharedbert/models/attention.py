@@ -48,6 +48,7 @@ import jax.numpy as jnp
 
 from sharedbert.errors import UserError
 from sharedbert.models import dropout as dropout_lib
+from sharedbert.models import fit as fit_lib
 
 
 def matmul(m: int, n: int, k: int) -> int:
@@ -62,6 +63,7 @@ VARIANTS: dict[str, type[nn.Module]] = {}
 
 
 def register(name: str):
+  """A class decorator that adds an attention variant to VARIANTS under `name`."""
   def wrap(cls):
     VARIANTS[name] = cls
     return cls
@@ -74,6 +76,7 @@ def kernel_init(stddev: float, names: tuple[str | None, ...]):
 
 
 def zeros_init(names):
+  """A zeros initializer annotated with logical axis `names`."""
   return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
 
 
@@ -284,6 +287,7 @@ class AttentionBase(nn.Module):
 
   @classmethod
   def settings_text(cls, config) -> str:
+    """The variant's settings for the parameter report ('' when it has none)."""
     return ''
 
   @classmethod
@@ -321,6 +325,8 @@ class AttentionBase(nn.Module):
     return self.config.hidden_size // self.config.num_heads
 
   def projection(self, name: str, head_dim: int | None = None):
+    """A per-head projection [D] -> [N, head_dim] named `name`, with this layer's init and
+    axes."""
     c = self.config
     return HeadsProjection(c.num_heads, head_dim or self.head_dim, c.initializer_range,
                            c.dtype, c.param_dtype, name=name)
@@ -405,13 +411,12 @@ class SharedAttention(AttentionBase):
   def qkv_flops(cls, config):
     return [config.hidden_size], 0
 
-  # 'function': per head, the score form and the value path (fit.fit_shared_function);
-  # 'rank1': the weights, one rank-one fit per output unit (fit.fit_shared).
+  # 'function': per head, the score form and the value path (fit_lib.fit_shared_function);
+  # 'rank1': the weights, one rank-one fit per output unit (fit_lib.fit_shared).
   conversion_fits = ('function', 'rank1')
 
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
-    from sharedbert.models import fit as fit_lib  # NumPy least squares.
     if cls.conversion_fit(fit, moments) == 'rank1':
       return per_layer_conversion(
           layers, fit_lib.fit_shared, ('qkv',) + fit_lib.ROLES,
@@ -449,12 +454,11 @@ class SymmetricAttention(AttentionBase):
   dense_projections = 2
   symmetric_scores = True
   # 'function': the best positive semi-definite fit of each head's symmetrised score form
-  # (fit.fit_symmetric_function); 'mean': W_qk = (W_q + W_k) / 2. Values and W_o are kept.
+  # (fit_lib.fit_symmetric_function); 'mean': W_qk = (W_q + W_k) / 2. Values and W_o are kept.
   conversion_fits = ('function', 'mean')
 
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
-    from sharedbert.models import fit as fit_lib  # NumPy eigen-decomposition.
     if cls.conversion_fit(fit, moments) == 'mean':
       return per_layer_conversion(
           layers, fit_lib.fit_symmetric_mean, ('query', 'key'), ['layer', 'query', 'key'],
@@ -511,9 +515,8 @@ class KVSharedAttention(AttentionBase):
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
     cls.conversion_fit(fit, moments)
-    from sharedbert.models import fit  # NumPy eigen-decomposition.
     return per_layer_conversion(
-        layers, fit.fit_kv_shared, ('scores', 'values'),
+        layers, fit_lib.fit_kv_shared, ('scores', 'values'),
         ['layer', 'scores [W_q;b_q] W_k^T', 'value path W_v W_o'],
         'W_q, b_q, W_kv and W_o per layer, fitted to what attention computes (per head: the '
         'score form and the value path)', 'attention maps')

@@ -22,6 +22,7 @@ from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.attention import kernel_init, zeros_init
 from sharedbert.models.dropout import Dropout  # nn.Dropout's interface, cheaper masks.
+from sharedbert.config import validation
 
 Dtype = Any
 
@@ -54,12 +55,13 @@ class ModelConfig:
   qk_shared_fraction: float = 0.5
   masa_atoms: int = 4
   masa_projections: str = 'qkvo'
-  # Probe settings (sharedbert/experiments/probe.py); BERT has neither.
+  # Probe settings (sharedbert/lab/probe.py); BERT has neither.
   causal: bool = False                 # Token t attends to tokens <= t only.
   position_embeddings: bool = True     # False: no position table; order-free input.
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
+    """The ModelConfig of a config's `model` section, checked (validate)."""
     values = dict(model_cfg)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(values) - names
@@ -73,8 +75,8 @@ class ModelConfig:
     return cfg
 
   def validate(self):
+    """Raises a UserError for a value out of range or a setting the variant refuses."""
     # The range of every key (sharedbert/config/validation.py).
-    from sharedbert.config import validation
     validation.model(self)
     if self.attention not in attention_lib.VARIANTS:
       raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
@@ -107,6 +109,7 @@ class ModelConfig:
     return None
 
   def to_dict(self) -> dict:
+    """The fields as JSON-ready values (dtypes by name)."""
     d = dataclasses.asdict(self)
     d['dtype'] = jnp.dtype(self.dtype).name
     d['param_dtype'] = jnp.dtype(self.param_dtype).name
@@ -121,6 +124,7 @@ def _dtype(name):
 
 
 def layer_norm(cfg: ModelConfig, name: str):
+  """BERT's LayerNorm with the config's epsilon and dtypes, its scale and bias on 'embed'."""
   return nn.LayerNorm(
       epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
       scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ('embed',)),
@@ -159,6 +163,7 @@ take_rows_one_hot_grad.defvjp(_take_rows_fwd, _take_rows_bwd)
 
 
 def dense(cfg: ModelConfig, features: int, names: tuple[str, str], name: str):
+  """A Dense layer of `features` outputs, BERT's init, its kernel on logical axes `names`."""
   return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                   kernel_init=kernel_init(cfg.initializer_range, names),
                   bias_init=zeros_init(names[1:]), name=name)
@@ -216,6 +221,7 @@ class Embeddings(nn.Module):
 
 
 class FeedForward(nn.Module):
+  """The FFN sublayer: dense to mlp_dim, GELU, dense back to hidden_size."""
   config: ModelConfig
 
   @nn.compact
@@ -347,6 +353,7 @@ class BertEncoder(nn.Module):
     return out
 
   def attend(self, x):
+    """Logits over the vocabulary: `x` times the word embedding (the tied MLM decoder)."""
     return self.embeddings.attend(x)
 
 

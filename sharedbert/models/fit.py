@@ -17,6 +17,7 @@ ROLES = ('query', 'key', 'value')
 
 
 def relative_error(target: np.ndarray, fit: np.ndarray) -> float:
+  """||target - fit|| / ||target|| (||fit|| when the target is zero)."""
   norm = np.linalg.norm(target)
   return float(np.linalg.norm(target - fit) / norm) if norm else float(np.linalg.norm(fit))
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from sharedbert.errors import UserError
 from sharedbert.models.attention import (AttentionBase, Conversion, _dense, kernel_init, matmul,
                                          register)
+from sharedbert.models import fit as fit_lib
 
 
 # masa projection types and the names of the per-layer modules that hold their biases.
@@ -115,8 +116,7 @@ class MasaAttention(AttentionBase):
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
     cls.conversion_fit(fit, moments)
-    from sharedbert.models import fit  # NumPy least squares.
-    dictionary, new_layers, errors = fit.fit_masa(
+    dictionary, new_layers, errors = fit_lib.fit_masa(
         layers, masa_num_atoms(config), {t: MASA_TYPES[t] for t in config.masa_projections})
     types = list(config.masa_projections)
     header = ['layer'] + [MASA_TYPES[t] for t in types]

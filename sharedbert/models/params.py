@@ -22,12 +22,14 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import dataclasses
 
 from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
+import flax.linen as nn
 
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.utils import paths
@@ -90,7 +92,6 @@ def abstract_params(model_cfg: ModelConfig):
 
   def init():
     return model.init(jax.random.key(0), ids, ids, jnp.ones_like(ids), ids)['params']
-  import flax.linen as nn
   return nn.unbox(jax.eval_shape(init))
 
 
@@ -129,6 +130,7 @@ def reduction(value: int, reference: int) -> float:
 
 
 def is_bert_base(model_cfg: ModelConfig) -> bool:
+  """Whether `model_cfg` has BERT-base's sizes (the papers' reference point)."""
   return all(getattr(model_cfg, k) == v for k, v in BERT_BASE.items())
 
 
@@ -153,6 +155,7 @@ def paper_text(model_cfg: ModelConfig, short: bool = False) -> str:
 
 
 def size_text(model_cfg: ModelConfig) -> str:
+  """The model's sizes in one line: 'L=.., D=.., heads=.., FFN=.., ...'."""
   c = model_cfg
   return (f'L={c.num_layers}, D={c.hidden_size}, heads={c.num_heads}, FFN={c.mlp_dim}, '
           f'vocabulary={c.vocab_size}, positions={c.max_position_embeddings}')
@@ -241,7 +244,6 @@ def report_all(model_cfgs: list[ModelConfig]) -> str:
 
 
 def _with_attention(model_cfg: ModelConfig, attention: str) -> ModelConfig:
-  import dataclasses
   return dataclasses.replace(model_cfg, attention=attention)
 
 
@@ -286,6 +288,7 @@ def _split_config_arg(filename: str) -> tuple[str, str | None]:
 
 
 def run() -> str:
+  """The parameter report for --config (or --all variants), as text."""
   if FLAGS.all:
     path, arg, overrides = None, None, {}
     if FLAGS.config is not None:
@@ -298,6 +301,7 @@ def run() -> str:
 
 
 def main(argv):
+  """`sharedbert params`: prints the report."""
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   with one_line_errors('sharedbert params', FLAGS.verbose):

@@ -40,6 +40,7 @@ def classifier_manager(seed_dir: str, config=None, *, read_only: bool = False):
 
 
 def is_classifier_dir(path: str) -> bool:
+  """Whether `path` is a fine-tuned classifier's seed folder (it holds model.json)."""
   return tf.io.gfile.exists(os.path.join(path, CLASSIFIER_FILE))
 
 

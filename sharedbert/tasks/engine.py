@@ -43,6 +43,7 @@ TOKEN_KEYS = ('input_ids', 'segment_ids')
 
 
 class State(struct.PyTreeNode):
+  """A fine-tuning state: step, params, optimizer state and the dropout key."""
   step: jax.Array
   params: Any
   opt_state: Any
@@ -81,6 +82,7 @@ def scanned_steps(state: State, batches, *, apply_fn, tx, loss_fn):
 
 
 def predict_step(params, batch, *, model):
+  """The model's outputs on one batch, dropout off."""
   return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                      batch['input_mask'], deterministic=True)
 
@@ -233,13 +235,17 @@ class StepTimer:
     self._t0, self._steps = 0.0, 0
 
   def start_epoch(self, steps: int):
+    """Starts timing an epoch of `steps` steps."""
     self._t0, self._steps = time.time(), steps
 
   def after_step(self, loss):
+    """Called after each step with its loss: the first (compiling) step is left out of the
+    timing."""
     if not self.compiled:
       jax.block_until_ready(loss)
       self.compiled, self._t0, self._steps = True, time.time(), self._steps - 1
 
   def end_epoch(self):
+    """Sets step_time from the epoch just timed."""
     if self._steps:
       self.step_time = (time.time() - self._t0) / self._steps

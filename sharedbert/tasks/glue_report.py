@@ -91,6 +91,8 @@ _METRIC_TITLES = {'mcc': 'MCC', 'accuracy': 'accuracy', 'f1': 'F1', 'pearson': '
 
 
 def score_title(score_key: str) -> str:
+  """The heading of a score key in results.md: the task's GLUE folder name unless it has a
+  title of its own."""
   return _TASK_TITLES.get(score_key) or glue.get_task(score_key).glue_dir_name
 
 
@@ -178,6 +180,7 @@ def public(results: dict) -> dict:
 
 
 def write_reports(workdir: str, results: dict):
+  """Writes results.json and results.md of `results` into `workdir`."""
   jsonio.write_json(os.path.join(workdir, RESULTS_JSON), public(results), indent=2)
   with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_MD), 'w') as f:
     f.write(render_markdown(results))

@@ -36,6 +36,7 @@ from sharedbert.metrics import stats
 from sharedbert.models.bert import BertForSequenceClassification
 from sharedbert.tasks.pretrained import PretrainedRun
 from sharedbert.tasks import engine
+from sharedbert.data import tokenizer as tokenizer_lib
 
 SEED_METRICS = 'metrics.json'
 FinetuneState = engine.State  # step, params, opt_state, dropout_rng
@@ -57,6 +58,7 @@ class Features:
     return len(self.guids)
 
   def crop(self, length: int) -> 'Features':
+    """The same rows with only the first `length` columns."""
     return dataclasses.replace(self, input_ids=self.input_ids[:, :length],
                                segment_ids=self.segment_ids[:, :length])
 
@@ -69,6 +71,8 @@ class Features:
 
 
 def featurize(examples, tokenizer, seq_len: int, spec) -> Features:
+  """Token ids of every example ([CLS] a [SEP] b [SEP], pairs truncated to seq_len), labels
+  and ids."""
   n = len(examples)
   ids = np.zeros((n, seq_len), np.int32)
   segments = np.zeros((n, seq_len), np.int32)
@@ -249,6 +253,7 @@ class TaskRun:
     return json.loads(json.dumps(fp))
 
   def seed_dir(self, seed: int) -> str:
+    """Where a seed's files go: WORKDIR/<task>/seed_<seed>."""
     return os.path.join(self.workdir, self.spec.name, f'seed_{seed}')
 
   def run_seed(self, seed: int, *, seeds_left: int, is_chief: bool) -> dict:
@@ -372,7 +377,6 @@ class TaskRun:
       if tf.io.gfile.exists(directory):
         tf.io.gfile.rmtree(directory)
       tf.io.gfile.makedirs(seed_dir)
-      from sharedbert.data import tokenizer as tokenizer_lib
       tokenizer_lib.copy_vocab(self.pretrained.workdir, seed_dir)
       spec = self.spec
       jsonio.write_json(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE), {

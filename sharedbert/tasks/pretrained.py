@@ -58,6 +58,7 @@ def open_pretrained(init_from: str) -> PretrainedRun:
 
 
 def shapes(tree) -> dict[str, tuple]:
+  """{'a/b/c': shape} of every leaf of `tree`."""
   return {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(leaf.shape)
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 

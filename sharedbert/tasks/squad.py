@@ -39,8 +39,20 @@ import time
 from typing import Optional, Sequence
 
 import numpy as np
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
 
 from sharedbert.errors import UserError
+from sharedbert import config as sb_config
+from sharedbert import optim as optim_lib
+from sharedbert import sharding
+from sharedbert.models import bert
+from sharedbert.tasks import engine
+from sharedbert.tasks import pretrained as pretrained_lib
+from sharedbert.utils import jsonio
 
 # ---------------------------------------------------------------------------------------
 # The official metrics.
@@ -56,6 +68,7 @@ def normalize_answer(s: str) -> str:
 
 
 def exact_match(prediction: str, gold: str) -> float:
+  """1.0 when the answers are equal after SQuAD's normalisation, else 0.0."""
   return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
@@ -148,6 +161,8 @@ def evaluate(examples: Sequence['SquadExample'], predictions: dict, version: str
 
 @dataclasses.dataclass(frozen=True)
 class SquadExample:
+  """One question with its context, its answers' texts and starts (none for an unanswerable
+  one)."""
   qid: str
   question: str
   context: str
@@ -188,6 +203,7 @@ def read_json_file(path: str) -> list[SquadExample]:
 
 
 def read_tfds(version: str, split: str, data_dir: Optional[str]) -> list[SquadExample]:
+  """The examples of tfds `squad/v<version>` `split` (prepared under `data_dir`)."""
   import tensorflow_datasets as tfds
   name = f'squad/v{version}'
   try:
@@ -252,6 +268,8 @@ def tokenize_with_spans(tokenizer, text: str) -> tuple[list[int], list[tuple[int
 
 @dataclasses.dataclass
 class Features:
+  """The windows of the examples as model inputs: ids, segments, token-to-context maps and
+  answer spans."""
   input_ids: np.ndarray        # [F, T]
   segment_ids: np.ndarray      # [F, T]
   start_positions: np.ndarray  # [F] (0 = [CLS]: no answer in this window)
@@ -290,6 +308,8 @@ def _is_max_context(spans: list[tuple[int, int]], index: int, position: int) -> 
 
 def featurize(examples: Sequence[SquadExample], tokenizer, *, seq_len: int, doc_stride: int,
               max_query_len: int, is_training: bool) -> Features:
+  """Every example as windows of seq_len tokens ([CLS] question [SEP] context [SEP]),
+  doc_stride apart; with is_training, the answer's token span in each."""
   CLS_ID, SEP_ID = tokenizer.cls_id, tokenizer.sep_id
   ids_out, segs_out, starts, ends, ex_index, spans_out, maxctx_out = [], [], [], [], [], [], []
   for e_i, ex in enumerate(examples):
@@ -404,9 +424,6 @@ def evaluate_predictions(examples, answers: dict, margins: dict, version: str) -
 # Model and fine-tuning.
 
 def _qa_model_class():
-  import flax.linen as nn
-  import jax.numpy as jnp
-  from sharedbert.models import bert
 
   class BertForQuestionAnswering(nn.Module):
     """The encoder, then one dense layer: a start and an end logit per token."""
@@ -428,8 +445,6 @@ def _qa_model_class():
 def optimizer_config(squad_cfg):
   """The optimizer section of a SQuAD config: its `optim`, or its lr and warmup_fraction
   with BERT's other values (sharedbert.optim.SQUAD_DEFAULTS)."""
-  import ml_collections
-  from sharedbert import optim as optim_lib
   if 'optim' in squad_cfg:
     return squad_cfg.optim
   return ml_collections.ConfigDict(dict(optim_lib.SQUAD_DEFAULTS, lr=squad_cfg.lr,
@@ -438,8 +453,6 @@ def optimizer_config(squad_cfg):
 
 def _span_loss(outputs, batch):
   """The mean over real rows of the start and end positions' cross-entropies."""
-  import jax.numpy as jnp
-  import optax
   start_logits, end_logits = outputs
   w = batch['weights']
   ls = optax.softmax_cross_entropy_with_integer_labels(start_logits, batch['start'])
@@ -455,13 +468,6 @@ def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
   The task engine (sharedbert.tasks.engine) trains and predicts on `mesh` (default: every
   device on the data axis); this module keeps the reading, windows, head and metric.
   """
-  import jax
-  import ml_collections
-  from sharedbert import config as sb_config
-  from sharedbert import optim as optim_lib
-  from sharedbert.tasks import pretrained as pretrained_lib
-  from sharedbert import sharding
-  from sharedbert.tasks import engine
 
   c = squad_cfg
   pretrained = pretrained_lib.open_pretrained(init_from)
@@ -515,7 +521,6 @@ def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
   answers, margins = decode(dev_ex, dev_f, starts, ends, n_best=c.n_best,
                             max_answer_len=c.max_answer_len)
   metrics = evaluate_predictions(dev_ex, answers, margins, version)
-  from sharedbert.utils import jsonio
   jsonio.write_text(os.path.join(workdir, f'predictions_seed_{seed}.json'), json.dumps(answers))
   return {'version': version, 'seed': seed, 'pretrained_step': step, 'metrics': metrics,
           'num_train': len(train_ex), 'num_train_features': len(train_f),

@@ -41,6 +41,7 @@ def write_json(path: str, obj, *, indent: int = 1, sort_keys: bool = False) -> N
 
 
 def read_json(path: str):
+  """The JSON value in `path` (local or gs://)."""
   with tf.io.gfile.GFile(os.fspath(path)) as f:
     return json.load(f)
 
@@ -63,4 +64,5 @@ def read_jsonl(path: str) -> list:
 
 
 def exists(path: str) -> bool:
+  """Whether `path` exists (local or gs://)."""
   return tf.io.gfile.exists(os.fspath(path))

@@ -29,6 +29,8 @@ def _fmt(key, value):
 
 class MetricWriter:
 
+  """Writes metrics.jsonl and TensorBoard summaries (process 0 only); a failed write is a
+  WriteFailed."""
   def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int | None = None):
     """With `resume_step`, first keeps only the lines up to that step (see the docstring)."""
     self.enabled = enabled
@@ -40,6 +42,8 @@ class MetricWriter:
     self._tb = tf.summary.create_file_writer(workdir.rstrip('/') + '/tensorboard')
 
   def write(self, step: int, metrics: dict, *, prefix: str = 'train', extra: str = ''):
+    """Appends {'step', **metrics} to metrics.jsonl and TensorBoard, and logs them in one
+    line tagged `prefix`."""
     if not self.enabled:
       return
     clean = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()}
@@ -61,6 +65,7 @@ class MetricWriter:
     logging.info('[%s] step %d: %s%s', prefix, step, text, extra)
 
   def close(self):
+    """Flushes and closes the summary writer."""
     if self.enabled:
       self._tb.close()
 

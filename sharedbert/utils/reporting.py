@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import math
 
+from sharedbert.utils import jsonio
+
 
 def duration(seconds: float) -> str:
   """'1h02m03s', or '2m03s' under an hour (rounded to the second)."""
@@ -48,7 +50,6 @@ def pyplot():
 def save_figure(fig, path: str, dpi: int = 90) -> None:
   """Writes `fig` as a PNG by way of memory, so that `path` may be remote (gs://), then
   closes it."""
-  from sharedbert.utils import jsonio
   buf = io.BytesIO()
   fig.savefig(buf, dpi=dpi, format='png')
   jsonio.write_text(path, buf.getvalue())

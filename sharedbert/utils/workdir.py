@@ -4,6 +4,7 @@ before anything is written, the resolved config, and the hosts' meeting points."
 import os
 
 import jax
+from jax.experimental import multihost_utils
 
 from sharedbert.utils import jsonio
 from sharedbert.config import validation
@@ -20,5 +21,4 @@ def write_config(config, workdir: str) -> None:
 def sync(name: str) -> None:
   """Waits for every host at the point `name` (nothing on one host)."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices(name)

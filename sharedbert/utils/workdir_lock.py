@@ -26,6 +26,7 @@ LOCK_FILE = 'run.lock'
 
 
 def is_local(workdir: str) -> bool:
+  """Whether `workdir` is on this machine (not a gs:// or other URL)."""
   return '://' not in workdir
 
 

@@ -12,6 +12,11 @@ import multiprocessing
 import os
 import signal
 from typing import Any, Callable, Iterable
+import ctypes
+
+from absl import logging
+import jax
+
 
 from sharedbert import interrupts
 
@@ -37,14 +42,11 @@ def init_worker(counter, cache_dir: str, verbosity: int | None = None,
   cpus = sorted(os.sched_getaffinity(0))
   os.sched_setaffinity(0, {cpus[index % len(cpus)]})
   try:
-    import ctypes
     ctypes.CDLL('libc.so.6').prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG.
   except OSError:
     pass
   if verbosity is not None:
-    from absl import logging
     logging.set_verbosity(verbosity)
-  import jax
   if cache_dir:
     jax.config.update('jax_compilation_cache_dir', cache_dir)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
@@ -60,7 +62,6 @@ def call_if_parent_alive(fn: Callable, *args):
 
 
 def _verbosity() -> int:
-  from absl import logging
   return logging.get_verbosity()
 
 
@@ -107,7 +108,6 @@ def run_growing(next_jobs: Callable[[], list], fn: Callable, args_of: Callable[[
       on_start(job)
       on_done(job, fn(*args_of(job)))
     return
-  import jax
   ctx = multiprocessing.get_context('spawn')
   counter = ctx.Value('i', 0)
   cache = jax.config.jax_compilation_cache_dir or ''

@@ -1,7 +1,7 @@
 r"""The controlled study: every variant under one recipe, read from one report.
 
-  python -m sharedbert.experiments.study --config=configs/study.py:cpu --workdir=W
-  python -m sharedbert.experiments.study --config=configs/study.py:cpu --workdir=W --report_only
+  python -m sharedbert.lab.study --config=configs/study.py:cpu --workdir=W
+  python -m sharedbert.lab.study --config=configs/study.py:cpu --workdir=W --report_only
 
 Stages, in order (configs/study.py describes every key):
   1. pretraining: each variant from configs/<variant>_base.py:<pretrain.arg> with the
@@ -16,7 +16,7 @@ Stages, in order (configs/study.py describes every key):
      (sharedbert.evaluators.crossdomain)
      on each fine-tuned model, right after it is trained (fine-tuned weights are not kept).
   4. SQuAD (sharedbert.tasks.squad), when squad.versions is set.
-  5. W/report.md, W/summary.json and W/*.png (sharedbert.experiments.study_report), with the verdict
+  5. W/report.md, W/summary.json and W/*.png (sharedbert.lab.study_report), with the verdict
      of every variant against `standard` and what pretraining buys.
 
 Workdir layout:
@@ -48,18 +48,37 @@ from absl import flags
 from absl import logging
 import numpy as np
 import tensorflow as tf
+import flax.linen as nn
+import jax
+from ml_collections import config_flags
 
-from sharedbert.experiments import study_linear
 from sharedbert.utils import jsonio
 from sharedbert.utils import paths
 from sharedbert.errors import UserError, one_line_errors
 # The plan (configs, tasks, baselines, result paths) lives in study_plan, which the report
 # reads too; its names are part of this module's interface.
-from sharedbert.experiments.study_plan import (  # noqa: F401
+from sharedbert.lab.study_plan import (  # noqa: F401
     BASELINES, DONE_FILE, REPO_CONFIGS, baselines_of, crossdomain_plan, discover_glue_tasks,
     glue_config, listed_glue_tasks, load_config_file, merge_overrides, pretrain_config,
     pretrain_dir, resolve_glue_tasks, rows_of, run_file, variants_of, _glue_source,
     _transfers_from)
+from sharedbert import sharding
+from sharedbert import train as train_lib
+from sharedbert.config import checks as config_checks
+from sharedbert.config import validation
+from sharedbert.data import sources
+from sharedbert.evaluators import crossdomain
+from sharedbert.evaluators import robustness
+from sharedbert.lab import study_linear
+from sharedbert.lab import study_long
+from sharedbert.lab import study_long_report
+from sharedbert.lab import study_plan
+from sharedbert.lab import study_pretrain
+from sharedbert.lab import study_report
+from sharedbert.metrics import glue as glue_metrics
+from sharedbert.tasks import engine
+from sharedbert.tasks import finetune
+from sharedbert.tasks import squad
 
 FLAGS = flags.FLAGS
 
@@ -75,10 +94,9 @@ STUDY_CORPUS_KEY = 'corpus= after the preset (e.g. configs/study.py:cpu,corpus=P
 
 
 def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
-  """Every pretraining arm (sharedbert.experiments.study_pretrain): the reference run of each
+  """Every pretraining arm (sharedbert.lab.study_pretrain): the reference run of each
   variant, the learning-rate sweep, the inits, the seeds and the widths; returns the
   reference runs' summaries."""
-  from sharedbert.experiments import study_pretrain
   results = study_pretrain.run_all(config, workdir, variants)
   return {v: results[study_pretrain.reference(config, v)] for v in variants}
 
@@ -121,10 +139,6 @@ def _run_glue_source(config, workdir: str, variant: str, task: str, rows, init_f
     logging.info('study: %s %s%s: all %d seeds finished', '/'.join(rows), task, where,
                  len(seeds))
     return
-  import flax.linen as nn
-  import jax
-  from sharedbert.tasks import finetune
-  from sharedbert import sharding
 
   cfg = glue_config(config, init_from, task)
   finetune.validate(cfg)
@@ -171,11 +185,6 @@ def _glue_dir(workdir: str, row: str) -> str:
 def _evaluators(config, run, task: str) -> dict:
   """What each fine-tuned model of `run` is scored on besides GLUE: the noisy dev set
   (robustness.tasks) and the cross-domain targets whose source is `task`."""
-  from sharedbert.evaluators import crossdomain
-  from sharedbert.tasks import finetune
-  from sharedbert.evaluators import robustness
-  from sharedbert.metrics import glue as glue_metrics
-  from sharedbert.tasks import engine
   spec = run.spec
   out = {'robustness': None, 'transfers': []}
   rob = config.robustness
@@ -209,9 +218,6 @@ def _evaluators(config, run, task: str) -> dict:
 
 def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
   """Fine-tunes one seed and scores the final weights: the study's result record."""
-  from sharedbert.evaluators import crossdomain
-  from sharedbert.tasks import finetune
-  from sharedbert.evaluators import robustness
   # A missing result file means this seed's weights are gone: fine-tune it again.
   seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
   if tf.io.gfile.exists(seed_metrics):
@@ -254,7 +260,6 @@ def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
 
 
 def run_glue(config, workdir: str, variants: list[str], tasks: list[str]) -> None:
-  from sharedbert.experiments import study_pretrain
   sources = study_pretrain.glue_sources(config, workdir, variants)
   for task in tasks:
     for variant in variants:
@@ -269,7 +274,6 @@ def run_squad(config, workdir: str, variants: list[str]) -> None:
   versions = tuple(config.squad.versions)
   if not versions:
     return
-  from sharedbert.tasks import squad
   for version in versions:
     for variant in variants:
       for seed in range(int(config.seeds)):
@@ -302,8 +306,6 @@ def write_study_config(config, workdir: str) -> None:
 def _check_arms(config, variants: list[str]) -> None:
   """Every pretraining arm's run config (its rate, seed, width, init) checked like any
   pretraining run, and the arms' variant names."""
-  from sharedbert.config import checks as config_checks
-  from sharedbert.experiments import study_pretrain
   known = study_pretrain.attention_variants()
   if config.pretrain.init_variant not in known:
     raise UserError(f'pretrain.init_variant={config.pretrain.init_variant!r} is not a '
@@ -321,16 +323,11 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
   """What a user's mistake can fail, checked before the study writes anything: every
   value (sharedbert/config/validation.py), the workdir, the mesh and corpus of the pretraining
   runs, and the GLUE data of every task."""
-  from sharedbert.tasks import finetune
-  from sharedbert import train as train_lib
-  from sharedbert.config import checks as config_checks
-  from sharedbert.config import validation
-  from sharedbert.data import sources
   if not pretrain_config(config, variants[0]).data.corpus:
     raise UserError(f'the {config.preset} study has no data: give it the folder holding '
                     f'corpus/ and glue/, --config=configs/study.py:{config.preset},data=DIR '
                     '(or corpus=PATH for the pretraining text alone)')
-  config_checks.study(config)
+  study_plan.check_config(config)
   _check_arms(config, variants)
   validation.workdir(workdir)
   try:
@@ -346,7 +343,6 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
 
 def run_study(config, workdir: str, *, report_only: bool = False) -> str:
   """Runs (or resumes) every stage, then writes W/report.md; returns its path."""
-  from sharedbert.experiments import study_report
   workdir = os.fspath(workdir)
   if '://' not in workdir:
     workdir = os.path.abspath(workdir)
@@ -375,11 +371,6 @@ def run_study(config, workdir: str, *, report_only: bool = False) -> str:
 def long_preflight(config, workdir: str) -> None:
   """The long study's checks before it writes anything: every run config the plan can ask
   for, the selection seed apart from the verdict seeds, the workdir and the corpus."""
-  from sharedbert import train as train_lib
-  from sharedbert.config import checks as config_checks
-  from sharedbert.config import validation
-  from sharedbert.data import sources
-  from sharedbert.experiments import study_long
   L = config.long
   if not pretrain_config(config, study_long.BASE).data.corpus:
     raise UserError(f'the {config.preset} study has no data: give it the folder holding '
@@ -416,8 +407,6 @@ def long_preflight(config, workdir: str) -> None:
 def run_long_study(config, workdir: str, *, report_only: bool = False) -> str:
   """The long study (configs/study.py:cpu_long): runs or resumes its plan, then writes
   W/report.md and W/summary.json; returns the report's path."""
-  from sharedbert.experiments import study_long
-  from sharedbert.experiments import study_long_report
   if not report_only:
     long_preflight(config, workdir)
     write_study_config(config, workdir)
@@ -432,7 +421,6 @@ def run_long_study(config, workdir: str, *, report_only: bool = False) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  import jax
   import tensorflow as tf
   tf.config.set_visible_devices([], 'GPU')  # TensorFlow only reads data.
   # A resumed study recompiles nothing it compiled before, and tasks of equal shapes share
@@ -445,7 +433,6 @@ def main(argv):
 
 
 def _define_flags():
-  from ml_collections import config_flags
   config_flags.DEFINE_config_file('config', None, 'The study config (configs/study.py:PRESET).',
                                   lock_config=True)
   flags.DEFINE_string('workdir', None, 'Where the study writes everything.')
@@ -457,4 +444,4 @@ def _define_flags():
 if __name__ == '__main__':
   _define_flags()
   from sharedbert import cli
-  app.run(main, flags_parser=cli.flags_parser('sharedbert study', 'sharedbert.experiments.study'))
+  app.run(main, flags_parser=cli.flags_parser('sharedbert study', 'sharedbert.lab.study'))

@@ -30,18 +30,34 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import zlib
 
 from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+from ml_collections import config_flags
+import ml_collections
 
 from sharedbert.errors import UserError, one_line_errors
-from sharedbert.experiments.study_stats import task_title
 from sharedbert.utils import jsonio
 from sharedbert.utils import paths
 from sharedbert.utils import reporting
 from sharedbert.utils import workers as workers_lib
+from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import config as sb_config
+from sharedbert import train as train_lib
+from sharedbert.convert import hf as convert_hf
+from sharedbert.convert import shared as convert_shared
+from sharedbert.data import glue as glue_data
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.evaluators import sts
+from sharedbert.lab import conversion
+from sharedbert.lab.study_stats import task_title
+from sharedbert.metrics import glue as glue_metrics
+from sharedbert.metrics import stats
+from sharedbert.models.params import load_config_file
+from sharedbert.tasks import finetune
 
 FLAGS = flags.FLAGS
 ARMS = {  # arm: (what it is, in the report's words)
@@ -54,7 +70,6 @@ REPO_CONFIGS = os.path.join(paths.REPO_ROOT, 'configs')
 
 
 def _define_flags():
-  from ml_collections import config_flags
   config_flags.DEFINE_config_file('config', os.path.join(REPO_CONFIGS, 'uptrain.py'),
                                   'The uptraining config (configs/uptrain.py:PRESET).')
   flags.DEFINE_string('encoder', None, 'A Hugging Face BERT encoder folder.')
@@ -116,8 +131,6 @@ def glue_dir(config, workdir: str, arm: str, minutes) -> str:
 
 def prepare(config, encoder: str, data: str, workdir: str) -> None:
   """W/init/<arm> for every arm (step 1)."""
-  from sharedbert.convert import hf as convert_hf
-  from sharedbert.convert import shared as convert_shared
   original = init_dir(workdir, 'original')
   if not os.path.isfile(os.path.join(original, 'config.json')):
     convert_hf.import_hf(encoder, original)
@@ -138,9 +151,6 @@ def prepare(config, encoder: str, data: str, workdir: str) -> None:
 
 def pretrain_config(config, data: str, workdir: str, arm: str, *, stop: int, schedule: int):
   """The arm's masked-LM config: the encoder's model, configs/uptrain.py's recipe."""
-  from sharedbert.convert import hf as convert_hf
-  from sharedbert import config as sb_config
-  import ml_collections
   cfg = sb_config.pretrain_config('standard', 'size=small')
   cfg.model = ml_collections.ConfigDict(
       convert_hf.read_workdir_config(init_dir(workdir, arm)).model.to_dict())
@@ -188,8 +198,6 @@ def _mean_step_time(run_dir: str) -> float:
 
 def uptrain_arm(config, data: str, workdir: str, arm: str) -> dict:
   """Step 2 for one arm; returns its curve (resumes from what W/arms/<arm> holds)."""
-  from sharedbert import train as train_lib
-  from sharedbert.evaluators import sts
   directory = arm_dir(workdir, arm)
   run = os.path.join(directory, 'train')
   if not os.path.isdir(run):  # A copy: W/init/<arm> stays the arm's minute-0 checkpoint.
@@ -243,8 +251,6 @@ def uptrain_arm(config, data: str, workdir: str, arm: str) -> dict:
 
 def _keep_checkpoint(run: str, step: int, target: str) -> None:
   """TARGET: a workdir holding RUN's config, vocabulary and its checkpoint at `step`."""
-  from sharedbert import checkpoint as checkpoint_lib
-  from sharedbert.data import tokenizer as tokenizer_lib
   if os.path.isdir(target):
     return
   tmp = target + '.tmp'
@@ -258,7 +264,6 @@ def _keep_checkpoint(run: str, step: int, target: str) -> None:
 
 
 def glue_config(config, data: str, init_from: str):
-  from sharedbert.models.params import load_config_file
   g = config.glue
   cfg = load_config_file(os.path.join(REPO_CONFIGS, 'glue.py'), f'task={g.task},seeds={g.seeds}')
   cfg.init_from = init_from
@@ -274,7 +279,6 @@ def glue_config(config, data: str, init_from: str):
 
 def finetune_snapshot(config, data: str, workdir: str, arm: str, minutes) -> dict:
   """Step 3 for one kept checkpoint (resumes per seed, as sharedbert.main does)."""
-  from sharedbert.tasks import finetune
   out = glue_dir(config, workdir, arm, minutes)
   finetune.finetune_and_evaluate(glue_config(config, data, snapshot_dir(workdir, arm, minutes)),
                                  out)
@@ -373,10 +377,6 @@ def _call(fn, *args):
 
 def analyse(config, workdir: str) -> dict:
   """{arm: {minutes: point (+ 'glue')}, 'kept': ...} from the finished jobs' files."""
-  from sharedbert.data import glue as glue_data
-  from sharedbert.metrics import glue as glue_metrics
-  from sharedbert.metrics import stats
-  import zlib
   out = {}
   distributions = {}
   spec = glue_data.get_task(config.glue.task)
@@ -416,7 +416,6 @@ def analyse(config, workdir: str) -> dict:
 def _kept(config, distributions: dict) -> dict:
   """Each arm's GLUE score as a fraction of the original's at minute 0, with the interval
   of the paired bootstrap ratio (dev examples resampled; the seed spread is the std)."""
-  from sharedbert.metrics import stats
   base = distributions.get(('original', '0'))
   if base is None:
     return {}
@@ -554,7 +553,6 @@ def run(config, encoder: str, data: str, workdir: str, summary_path: str = '', *
     if not os.path.isdir(path):
       raise UserError(f'{what}: {path} is not a folder')
   if not report_only:  # A folder that is no BERT is refused before W/ is created.
-    from sharedbert.convert import hf as convert_hf
     convert_hf.check_hf_dir(encoder)
   t0 = time.time()
   if report_only:
@@ -563,7 +561,6 @@ def run(config, encoder: str, data: str, workdir: str, summary_path: str = '', *
   else:
     os.makedirs(workdir, exist_ok=True)
     if config.conversion:
-      from sharedbert.experiments import conversion
       conversion.run(encoder, data, os.path.join(workdir, 'conversion'))
     prepare(config, encoder, data, workdir)
     run_jobs(config, data, workdir)
@@ -596,4 +593,4 @@ if __name__ == '__main__':
   _define_flags()
   from sharedbert import cli
   app.run(main, flags_parser=cli.flags_parser('sharedbert uptrain',
-                                              'sharedbert.experiments.uptrain'))
+                                              'sharedbert.lab.uptrain'))

@@ -1,7 +1,7 @@
-"""The study's statistics, from its result files (sharedbert.experiments.study): GLUE tables with
+"""The study's statistics, from its result files (sharedbert.lab.study): GLUE tables with
 bootstrap draws, paired differences against `standard`, the verdicts, what pretraining
 buys, the robustness table and the headline in words. The conventions are written out in
-sharedbert/experiments/study_report.py, which turns these into W/report.md."""
+sharedbert/lab/study_report.py, which turns these into W/report.md."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ import numpy as np
 import tensorflow as tf
 
 from sharedbert.utils import jsonio
-from sharedbert.experiments import study_plan
 from sharedbert.data import glue
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
+from sharedbert.lab import study_plan
+from sharedbert.models import params as params_lib
+from sharedbert.models.bert import ModelConfig
 
 _TITLES = {'cola': 'CoLA', 'sst2': 'SST-2', 'mrpc': 'MRPC', 'stsb': 'STS-B', 'qqp': 'QQP',
            'mnli': 'MNLI-m', 'qnli': 'QNLI', 'rte': 'RTE', 'wnli': 'WNLI'}
@@ -315,8 +317,6 @@ def epoch_times(runs: dict, variants) -> dict:
 
 
 def param_counts(config, variants) -> dict:
-  from sharedbert.models import params as params_lib
-  from sharedbert.models.bert import ModelConfig
   out = {}
   for v in variants:
     cfg = ModelConfig.from_config(study_plan.pretrain_config(config, v).model)

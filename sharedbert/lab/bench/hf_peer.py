@@ -1,10 +1,10 @@
-"""The Hugging Face peer of `python -m sharedbert.bench`: times `BertForMaskedLM` training steps.
+"""The Hugging Face peer of `sharedbert bench`: times `BertForMaskedLM` training steps.
 
 Runs in its own process under a Python that has torch and transformers (no JAX, no
 sharedbert imports), so that the benchmark's JAX and PyTorch sides never run at the same
 time and may live in different virtual environments:
 
-  HF_PYTHON sharedbert/bench/hf_peer.py SPEC.json   ->  one JSON line of results on stdout
+  HF_PYTHON sharedbert/lab/bench/hf_peer.py SPEC.json   ->  one JSON line of results on stdout
 
 SPEC.json holds the model size, the optimizer, the timing settings and the path of an .npz
 with the batch (the same arrays the JAX side trains on). The model is used the standard
@@ -22,6 +22,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 
 def _rss_bytes() -> int:
   with open('/proc/self/statm') as f:
@@ -32,7 +34,6 @@ def run(spec: dict) -> dict:
   """Builds Hugging Face's model and optimizer from `spec` and times its steps. One
   function on purpose: torch and transformers are imported here only (this process), and
   the steps read top to bottom as the peer's whole recipe."""
-  import numpy as np
   import torch
   import transformers
 

@@ -1,9 +1,9 @@
 r"""Attention probes: which abilities each attention variant keeps, on synthetic tasks.
 
-  python -m sharedbert.probe --workdir=W [--config=configs/probe.py[:cpu|smoke|gpu]]
+  sharedbert probe --workdir=W [--config=configs/probe.py[:cpu|smoke|gpu]]
 
 Every variant in config.variants is trained from scratch on every task of
-sharedbert.experiments.probe_tasks with seeds 0..seeds-1, through the project's encoder and
+sharedbert.lab.probe_tasks with seeds 0..seeds-1, through the project's encoder and
 masked-LM head (sharedbert.models.bert.BertForPretraining: the prediction slots are its
 masked positions; the pointer tasks read the first layer's attention logits instead) and
 its optimizer (sharedbert.optim.make_optimizer). Seed s fixes the model's initialisation,
@@ -40,18 +40,33 @@ import os
 import sys
 import time
 import zlib
+import functools
 
 from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
+import optax
 
 from sharedbert import interrupts
 from sharedbert.utils import jsonio
 from sharedbert.utils import paths
 from sharedbert.utils import workers as workers_lib
-from sharedbert.experiments import probe_tasks
 from sharedbert.errors import UserError, one_line_errors
+from sharedbert import cli
+from sharedbert import config as sb_config
+from sharedbert import optim as optim_lib
+from sharedbert.config import validation
+from sharedbert.lab import probe_report
+from sharedbert.lab import probe_tasks
+from sharedbert.models import attention as attention_lib
+from sharedbert.models import params as params_lib
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.tasks import engine
 
 FLAGS = flags.FLAGS
 
@@ -74,7 +89,6 @@ def split_lists(config) -> None:
 
 
 def validate(config) -> None:
-  from sharedbert.models import attention as attention_lib
   variants = list(config.variants)
   if not variants:
     raise UserError('config.variants is empty; list some of: '
@@ -124,8 +138,6 @@ def task_model(config, task: str | None) -> dict:
 def model_config(config, variant: str, task: str | None = None):
   """The encoder's ModelConfig: configs' tiny model, then config.model, then the task's
   own model keys (config.<task>.model), sized to the data."""
-  from sharedbert import config as sb_config
-  from sharedbert.models.bert import ModelConfig
   m = sb_config.model_config(variant, 'tiny')
   for key, value in list(config.model.items()) + list(task_model(config, task).items()):
     if key not in m:
@@ -197,8 +209,6 @@ def first_layer_scores(model, params, batch):
   """The pointer readout: the first layer's attention logits, averaged over heads, from each
   prediction slot's position to every content token but itself: [B, P, T], non-candidates
   at -1e9. A mean of symmetric score matrices is symmetric, so the task's bound holds."""
-  import jax
-  import jax.numpy as jnp
   _, state = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                          batch['input_mask'], batch['positions'], deterministic=True,
                          mutable=['attention_logits'])
@@ -221,14 +231,6 @@ class Trainer:
   vocabulary it takes)."""
 
   def __init__(self, config, variant: str, task: str | None = None, lr: float | None = None):
-    import functools
-    import jax
-    import jax.numpy as jnp
-    import optax
-    import flax.linen as nn
-    from sharedbert import optim as optim_lib
-    from sharedbert.models.bert import BertForPretraining
-    from sharedbert.tasks import engine
 
     self.variant = variant
     self.model_cfg = model_config(config, variant, task)
@@ -313,7 +315,6 @@ class Trainer:
 
 
 def parameter_counts(model_cfg) -> dict[str, int]:
-  from sharedbert.models import params as params_lib
   counts = params_lib.parameter_counts(model_cfg)
   return {'total': counts['total'], 'encoder': counts['encoder total'],
           'attention': counts['attention QKV'] + counts['attention output'],
@@ -493,7 +494,7 @@ def write_config(config, workdir: str) -> None:
 
 def command_text(argv: list[str]) -> str:
   """The command line with the workdir as W and paths inside the repository made relative."""
-  parts = ['python -m sharedbert.probe']
+  parts = ['sharedbert probe']
   for arg in argv[1:]:
     if arg.startswith('--workdir'):
       parts.append('--workdir=W')
@@ -508,8 +509,6 @@ def command_text(argv: list[str]) -> str:
 
 def run_probe(config, workdir: str, *, report_only: bool = False, command: str = '') -> str:
   """Runs (or resumes) every run, then writes the report; returns report.md's path."""
-  from sharedbert.experiments import probe_report
-  from sharedbert.config import validation
   split_lists(config)
   validate(config)
   validation.workdir(workdir)
@@ -541,8 +540,6 @@ def run_probe(config, workdir: str, *, report_only: bool = False, command: str =
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  import jax
-  from sharedbert.config import validation
   with one_line_errors('sharedbert probe', FLAGS.verbose, trains=True):
     validation.workdir(FLAGS.workdir)  # Before the compilation cache is put inside it.
   if not jax.config.jax_compilation_cache_dir:
@@ -554,7 +551,6 @@ def main(argv):
 
 
 def _define_flags():
-  from ml_collections import config_flags
   config_flags.DEFINE_config_file('config', DEFAULT_CONFIG,
                                   'The probe config (configs/probe.py[:cpu|smoke|gpu]).',
                                   lock_config=True)
@@ -566,8 +562,7 @@ def _define_flags():
 
 def cli_main():
   _define_flags()
-  from sharedbert import cli
-  app.run(main, flags_parser=cli.flags_parser('sharedbert probe', 'sharedbert.probe'))
+  app.run(main, flags_parser=cli.flags_parser('sharedbert probe', 'sharedbert.lab.probe'))
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""W/report.md, W/summary.json and the figures of an attention probe (sharedbert.experiments.probe).
+"""W/report.md, W/summary.json and the figures of an attention probe (sharedbert.lab.probe).
 
 Conventions (also written into the report):
   * accuracy: the fraction of prediction slots of the held-out set (config.eval_examples
@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from scipy import stats as sp_stats
 
 from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
-from sharedbert.experiments import probe_tasks
 from sharedbert.metrics import stats
+from sharedbert.lab import probe_tasks
+from sharedbert.models import attention as attention_lib
 
 REFERENCE = 'standard'
 
@@ -44,7 +46,6 @@ def task_knobs(config, task: str) -> dict:
 
 
 def symmetric_score_variants() -> set[str]:
-  from sharedbert.models import attention as attention_lib
   return {n for n, cls in attention_lib.VARIANTS.items() if cls.symmetric_scores}
 
 
@@ -359,7 +360,7 @@ def render(config, summary: dict, timing: dict) -> str:
   m = config.model
   lines = ['# Attention probes', '',
            'Every attention variant trained from scratch on synthetic tasks '
-           '(sharedbert/experiments/probe_tasks.py) under one budget; see docs/probes.md.',
+           '(sharedbert/lab/probe_tasks.py) under one budget; see docs/probes.md.',
            '']
   lines += ['## Run', '']
   if timing.get('command'):
@@ -448,7 +449,7 @@ def render(config, summary: dict, timing: dict) -> str:
   lines += _pairs_section(summary, variants)
   lines += _ceiling_section(summary, variants)
   lines += ['## What each task shows', '',
-            'Written by sharedbert/experiments/probe_report.py from the numbers above.', '']
+            'Written by sharedbert/lab/probe_report.py from the numbers above.', '']
   for t in tasks:
     sentence = task_sentence(t, summary['tasks'][t])
     if t == 'directed':
@@ -545,7 +546,6 @@ def _ceiling_section(summary: dict, variants) -> list[str]:
 
 
 def _t_quantile(confidence: float, n: int) -> float:
-  from scipy import stats as sp_stats
   return float(sp_stats.t.ppf(0.5 + confidence / 2, max(n - 1, 1)))
 
 

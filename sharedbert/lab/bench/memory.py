@@ -14,7 +14,7 @@ import jax
 
 from sharedbert import pretrain_step
 from sharedbert import sharding
-from sharedbert.bench.sizes import (GIB, Size, bench_config, memory_bytes, step_parts,
+from sharedbert.lab.bench.sizes import (GIB, Size, bench_config, memory_bytes, step_parts,
                                     synthetic_batch)
 
 def memory_budget_bytes() -> tuple[int, str]:

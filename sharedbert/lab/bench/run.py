@@ -1,7 +1,7 @@
 r"""Training-step benchmarks: every attention variant, Hugging Face's BERT, the device's peak.
 
-  python -m sharedbert.bench --hf_python=/path/to/venv/bin/python    # CPU preset
-  python -m sharedbert.bench --preset=gpu                              # bench/gpu_check.sh
+  python -m sharedbert.lab.bench --hf_python=/path/to/venv/bin/python    # CPU preset
+  python -m sharedbert.lab.bench --preset=gpu                              # bench/gpu_check.sh
 
 For each size and attention variant, the jitted training step of `sharedbert.train` (built
 by `create_train_state`, `make_optimizer` and `jit_steps`, as `train_and_evaluate` builds
@@ -11,7 +11,7 @@ is reported with tokens/s, the FLOP/s of the matrix products it runs
 (`sharedbert.models.flops`), the MFU against the device's peak, XLA's memory for the step and the compile time. In the same
 run and on the same batch, Hugging Face's `BertForMaskedLM` (PyTorch; `pip install -e
 ".[bench]"`) trains at the same size, batch, sequence length and optimizer, in a separate
-process (`sharedbert/bench/hf_peer.py`, run by `--hf_python`), so that the two never share the
+process (`sharedbert/lab/bench/hf_peer.py`, run by `--hf_python`), so that the two never share the
 CPU. The peak is a large matrix product timed in this process at the start and at the end
 of the run (the higher one counts); on GPUs and TPUs the datasheet figure is reported too.
 
@@ -56,10 +56,11 @@ from sharedbert.config import validation
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig
-from sharedbert.bench.memory import largest_fitting_batch, memory_budget_bytes, step_memory_fn
-from sharedbert.bench.report import read_markdown, render_markdown, write_markdown
-from sharedbert.bench.sizes import (BERT_BASE, GIB, SIZES, Size, bench_config, memory_bytes,
+from sharedbert.lab.bench.sizes import (BERT_BASE, GIB, SIZES, Size, bench_config, memory_bytes,
                                     step_parts, synthetic_batch)
+from sharedbert import cli
+from sharedbert.lab.bench.memory import largest_fitting_batch, memory_budget_bytes, step_memory_fn
+from sharedbert.lab.bench.report import read_markdown, render_markdown, write_markdown
 
 
 # (size, what is compared, threshold); the ratios come from one run. Issue 18's targets, and
@@ -515,7 +516,7 @@ def main(argv):
   if hf_python.lower() == 'none':
     hf_python = ''
   # Absolute paths (a venv's python) become relative: the JSON and BENCHMARKS.md are committed.
-  command = 'python -m sharedbert.bench ' + paths.display_command(sys.argv[1:])
+  command = 'python -m sharedbert.lab.bench ' + paths.display_command(sys.argv[1:])
   results = run_benchmarks(
       preset=FLAGS.preset, sizes=sizes, variants=benchmarkable_variants(pick('variants')),
       steps=pick('steps'), warmup=pick('warmup'), rounds=pick('rounds'), hf_python=hf_python,
@@ -532,9 +533,8 @@ def main(argv):
 
 def entry():
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  from sharedbert import cli
   with one_line_errors('sharedbert bench'):
-    app.run(main, flags_parser=cli.flags_parser('sharedbert bench', 'sharedbert.bench'))
+    app.run(main, flags_parser=cli.flags_parser('sharedbert bench', 'sharedbert.lab.bench'))
 
 
 if __name__ == '__main__':

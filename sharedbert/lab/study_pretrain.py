@@ -31,12 +31,24 @@ import time
 from absl import logging
 import ml_collections
 import numpy as np
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from scipy import stats as sp_stats
 
 from sharedbert.errors import UserError
-from sharedbert.experiments import study_plan
 from sharedbert.metrics import stats
 from sharedbert.utils import jsonio
 from sharedbert.utils import workers as workers_lib
+from sharedbert import train as train_lib
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.data.pretrain import PretrainData, max_predictions
+from sharedbert.lab import study_plan
+from sharedbert.models import attention as attention_lib
+from sharedbert.models import bert as bert_lib
+from sharedbert.models import flops as flops_lib
+from sharedbert.models import params as params_lib
+from sharedbert.models.bert import ModelConfig
 
 RUNS_DIR = 'pretrain_runs'
 STEP0_FILE = 'step0_self_attention.json'
@@ -98,7 +110,6 @@ def phase_b(config, variants, chosen: dict) -> list[Run]:
 
 
 def attention_variants() -> list[str]:
-  from sharedbert.models import attention as attention_lib
   return list(attention_lib.VARIANTS)
 
 
@@ -169,10 +180,6 @@ def pretrain_summary(run_dir: str) -> dict:
 def run_summary(cfg, run_dir_: str, wall_s: float) -> dict:
   """What the study keeps of a finished run: held-out figures, the held-out curve,
   parameters and FLOPs."""
-  from sharedbert.models import flops as flops_lib
-  from sharedbert.models import params as params_lib
-  from sharedbert.models.bert import ModelConfig
-  from sharedbert.data.pretrain import max_predictions
   model_cfg = ModelConfig.from_config(cfg.model)
   counts = params_lib.parameter_counts(model_cfg)
   d = cfg.data
@@ -196,7 +203,6 @@ def run_summary(cfg, run_dir_: str, wall_s: float) -> dict:
 
 def _train_one(cfg, run_dir_: str) -> dict:
   """Trains one run (resuming it) and writes its study_done.json; in any process."""
-  from sharedbert import train as train_lib
   import tensorflow as tf
   tf.io.gfile.makedirs(run_dir_)
   t0 = time.time()
@@ -210,8 +216,6 @@ def _prepare_vocab(config, workdir: str, variants, runs) -> None:
   """Learns the study's one vocabulary (in the first variant's reference run) and copies it
   into every run folder, so that all runs see the same token ids."""
   import tensorflow as tf
-  from sharedbert.data import tokenizer as tokenizer_lib
-  from sharedbert.data.pretrain import PretrainData
   first = study_plan.pretrain_dir(workdir, variants[0])
   vocab = os.path.join(first, tokenizer_lib.VOCAB_FILE)
   if not tf.io.gfile.exists(vocab):
@@ -315,12 +319,6 @@ def step0_shares(config, workdir: str, variants) -> dict:
     names += [f'{config.pretrain.init_variant}/{i}' for i in _inits(config)]
   if all(n in cached for n in names):
     return cached
-  import flax.linen as nn
-  import jax
-  import jax.numpy as jnp
-  from sharedbert.data.pretrain import PretrainData
-  from sharedbert.data import tokenizer as tokenizer_lib
-  from sharedbert.models import bert as bert_lib
   vocab = os.path.join(study_plan.pretrain_dir(workdir, variants[0]), tokenizer_lib.VOCAB_FILE)
   batch = PretrainData(study_plan.pretrain_config(config, variants[0]), vocab).eval_batches[0]
   ids, seg, mask = (jnp.asarray(batch[k]) for k in ('input_ids', 'segment_ids', 'input_mask'))
@@ -520,7 +518,6 @@ def _scaling(config, results, variants, chosen) -> dict:
 def extrapolate(gaps: dict, target_width: int = 768) -> dict | None:
   """A straight line of the per-seed gap against log2(width), read at `target_width`, with a
   95% prediction-style t interval of the line's value there (residual df = points - 2)."""
-  from scipy import stats as sp_stats
   xs, ys = [], []
   for w, g in gaps.items():
     # Each seed's gap is a point; the mean stands for them when only it is kept.

@@ -1,4 +1,4 @@
-"""W/report.md and its figures, from the result files of a study (sharedbert.experiments.study).
+"""W/report.md and its figures, from the result files of a study (sharedbert.lab.study).
 
 Conventions (also written into the report):
   * Scores are GLUE task scores (MRPC (F1+acc)/2, STS-B (Pearson+Spearman)/2, CoLA MCC,
@@ -41,22 +41,22 @@ import tensorflow as tf
 
 from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
-from sharedbert.experiments import study_plan
-from sharedbert.experiments import study_linear
-from sharedbert.experiments import study_pretrain
-from sharedbert.experiments import study_pretrain_report
 from sharedbert.data import glue
 from sharedbert.metrics import stats
-from sharedbert.experiments.study_plots import (plot_glue, plot_pretraining, plot_robustness,
+from sharedbert.lab.study_plots import (plot_glue, plot_pretraining, plot_robustness,
                                                plot_time)
-from sharedbert.experiments.study_stats import (AVERAGE_EXCLUDES, Analysis, analyse, gains_sentence,
+from sharedbert.lab.study_stats import (AVERAGE_EXCLUDES, Analysis, analyse, gains_sentence,
                                     headline, reliably_better, task_title, tost_confidence,
                                     verdict_text)
+from sharedbert.evaluators import crossdomain
+from sharedbert.lab import study_linear
+from sharedbert.lab import study_plan
+from sharedbert.lab import study_pretrain
+from sharedbert.lab import study_pretrain_report
+from sharedbert.utils import paths
 
 
 _pct = reporting.pct
-
-
 
 
 def _fmt_ci(ci) -> str:
@@ -66,14 +66,6 @@ def _fmt_ci(ci) -> str:
 def _fmt_diff(d: dict) -> str:
   mark = ' **reliable**' if d['reliable'] else ''
   return f'{100 * d["diff"]:+.1f} {_fmt_ci(d["boot_ci"])} / {_fmt_ci(d["t_ci"])}{mark}'
-
-
-
-
-
-
-
-
 
 
 def _row_name(v: str, baselines) -> str:
@@ -371,9 +363,6 @@ def _summary(a: Analysis) -> dict:
   }
 
 
-
-
-
 def build_report(config, workdir: str, variants) -> tuple[str, dict]:
   """The report's markdown and a summary dict (also written as W/summary.json)."""
   a = analyse(config, workdir, variants)
@@ -467,7 +456,6 @@ def _gains_section(gains, table, majority, base, baselines, keys, conf) -> list[
 
 def _data_paths(config, workdir, variants) -> dict:
   """The corpus and GLUE data as the report shows them (sharedbert.utils.paths: never absolute)."""
-  from sharedbert.utils import paths
   glue_dir, tfds_dir = study_plan._glue_source(config)
   return {'corpus': paths.display(study_plan.pretrain_config(config, variants[0]).data.corpus,
                                   workdir=workdir),
@@ -476,7 +464,6 @@ def _data_paths(config, workdir, variants) -> dict:
 
 
 def _header(config, workdir, variants, baselines, tasks, skipped, skipped_pairs) -> list[str]:
-  from sharedbert.evaluators import crossdomain
   p = study_plan.pretrain_config(config, variants[0])
   g = study_plan.glue_config(config, study_plan.pretrain_dir(workdir, variants[0]), 'all')
   m, o = p.model, p.optim
@@ -484,7 +471,7 @@ def _header(config, workdir, variants, baselines, tasks, skipped, skipped_pairs)
   lines = [
       f'Variants: {", ".join(f"`{v}`" for v in variants)}'
       + ''.join(f'; baseline `{b}` (no pretraining)' for b in baselines)
-      + f'. Written by `python -m sharedbert.experiments.study` (configs/study.py:{config.preset}). Paths '
+      + f'. Written by `python -m sharedbert.lab.study` (configs/study.py:{config.preset}). Paths '
       'are as given when relative, else relative to the repository root or, as W/..., to '
       'the study\'s workdir.', '',
       '**Recipe (identical for every variant).** '

@@ -1,6 +1,6 @@
 r"""How much of a real pretrained encoder's function each conversion keeps, without training.
 
-  python -m sharedbert.experiments.conversion --encoder=HF_DIR --data=DATA --workdir=W
+  python -m sharedbert.lab.conversion --encoder=HF_DIR --data=DATA --workdir=W
 
 HF_DIR: a Hugging Face BERT-architecture encoder (e.g. sentence-transformers'
 all-MiniLM-L6-v2); DATA: a folder with corpus/ (text) and glue/ (glue_data, STS-B's dev set
@@ -29,6 +29,9 @@ from sharedbert.errors import UserError, one_line_errors
 from sharedbert.utils import jsonio
 from sharedbert.utils import paths
 from sharedbert.utils import reporting
+from sharedbert.convert import hf as convert_hf
+from sharedbert.convert import shared as convert_shared
+from sharedbert.evaluators import sts
 
 FLAGS = flags.FLAGS
 
@@ -56,8 +59,6 @@ def _define_flags():
 
 
 def convert_all(encoder: str, data: str, workdir: str) -> None:
-  from sharedbert.convert import hf as convert_hf
-  from sharedbert.convert import shared as convert_shared
   source = os.path.join(workdir, 'standard')
   if not os.path.exists(os.path.join(source, 'config.json')):
     convert_hf.import_hf(encoder, source)
@@ -74,8 +75,6 @@ def convert_all(encoder: str, data: str, workdir: str) -> None:
 
 
 def evaluate_all(data: str, workdir: str) -> dict:
-  from sharedbert.convert import shared as convert_shared
-  from sharedbert.evaluators import sts
   pairs = sts.stsb_dev(os.path.join(data, 'glue'))
   original = sts.load_encoder(os.path.join(workdir, 'standard'))
   heldout = sts.tokenize(original[2], convert_shared.sample_texts(
@@ -139,7 +138,6 @@ def run(encoder: str, data: str, workdir: str) -> str:
                      (os.path.join(data, 'glue', 'STS-B'), '--data')):
     if not os.path.isdir(path):
       raise UserError(f'{what}: {path} is not a folder')
-  from sharedbert.convert import hf as convert_hf
   convert_hf.check_hf_dir(encoder)  # A folder that is no BERT: refused before W/ exists.
   t0 = time.time()
   os.makedirs(workdir, exist_ok=True)
@@ -168,4 +166,4 @@ if __name__ == '__main__':
   _define_flags()
   from sharedbert import cli
   app.run(main, flags_parser=cli.flags_parser('sharedbert conversion',
-                                              'sharedbert.experiments.conversion'))
+                                              'sharedbert.lab.conversion'))

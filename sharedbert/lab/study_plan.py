@@ -1,7 +1,6 @@
 """What the study runs: its configs, tasks, baselines and transfers, and where each
-result lives. Read by the study (sharedbert.experiments.study), its report
-(sharedbert.experiments.study_report) and the config checks (sharedbert.config.checks); it
-runs nothing.
+result lives, and `check_config`, the checks of a study config. Read by the study
+(sharedbert.lab.study) and its report (sharedbert.lab.study_report); it runs nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +13,13 @@ import ml_collections
 from sharedbert.errors import UserError
 from sharedbert.utils import paths
 from sharedbert.utils.paths import gfile as _gfile  # data may be gs://.
+from sharedbert import config as sb_config
+from sharedbert.config import checks as config_checks
+from sharedbert.config import validation
+from sharedbert.data import glue
+from sharedbert.evaluators import crossdomain
+from sharedbert.models import attention as attention_lib
+from sharedbert.models import params as params_lib
 
 REPO_CONFIGS = os.path.join(paths.REPO_ROOT, 'configs')
 DONE_FILE = 'study_done.json'
@@ -35,12 +41,10 @@ def merge_overrides(config: ml_collections.ConfigDict, override, where: str) -> 
 
 
 def load_config_file(path: str, arg):
-  from sharedbert.models import params as params_lib
   return params_lib.load_config_file(path, arg)
 
 
 def variants_of(config) -> list[str]:
-  from sharedbert.models import attention as attention_lib
   variants = list(config.variants)
   missing = [v for v in variants if v not in attention_lib.VARIANTS]
   if missing:
@@ -76,7 +80,6 @@ def _rederive_recipe(cfg, arg, override) -> None:
   """The recipe's values that depend on the model (the budget recipe's init scale on the
   width) were computed for the preset's size; computed again for the overridden one,
   unless the override sets them itself."""
-  from sharedbert import config as sb_config
   args = sb_config.parse_arg(arg, {'size': 'base', 'corpus': '', 'recipe': ''})
   recipe = args['recipe'] or ('bert' if args['size'] == 'base' else 'budget')
   derived = {k: v(cfg) for k, v in sb_config.recipe_overrides(recipe).items()
@@ -125,7 +128,6 @@ def baselines_of(config, variants: list[str]) -> list[str]:
 
 def listed_glue_tasks(config):
   """config.glue.tasks as task names; None for 'auto' (found in the glue_data folder)."""
-  from sharedbert.data import glue
   value = config.glue.tasks
   items = ([x.strip() for x in value.split(',')] if isinstance(value, str)
            else [str(x).strip() for x in value])
@@ -148,7 +150,6 @@ def listed_glue_tasks(config):
 def discover_glue_tasks(glue_dir: str) -> tuple[list[str], list[tuple[str, str]]]:
   """The tasks of a glue_data folder with a train.tsv and every dev file (GLUE's order),
   and (task, reason) for each task folder that lacks one."""
-  from sharedbert.data import glue
   if not _gfile().isdir(glue_dir):
     raise UserError(f"glue.tasks='auto': glue.override.data.glue_dir={glue_dir} does not "
                     'exist; point it at the glue_data folder (CoLA/, SST-2/, ...)')
@@ -186,7 +187,6 @@ def resolve_glue_tasks(config) -> tuple[list[str], list[tuple[str, str]]]:
 
 def _target_missing(config, transfer) -> str:
   """Why a transfer's target data is not there ('' when it is, or when only tfds knows)."""
-  from sharedbert.data import glue
   glue_dir, _ = _glue_source(config)
   if transfer.target == 'imdb' or not glue_dir:
     return ''
@@ -199,7 +199,6 @@ def _target_missing(config, transfer) -> str:
 
 def crossdomain_plan(config, tasks) -> tuple[list, list[tuple[str, str]]]:
   """(transfers to run, [(pair, why it is skipped)]) for config.crossdomain.pairs."""
-  from sharedbert.evaluators import crossdomain
   run, skipped = [], []
   for pair in config.crossdomain.pairs:
     t = crossdomain.get_transfer(pair)
@@ -247,3 +246,27 @@ def run_file(workdir: str, variant: str, task: str, seed: int,
   if pretrain_seed is not None:
     folder = os.path.join(folder, f'pretrain_seed_{pretrain_seed}')
   return os.path.join(folder, f'seed_{seed}.json')
+
+
+# ---------------------------------------------------------------------------------------
+# Checks.
+
+def check_config(config) -> None:
+  """The study's own values, then each pretraining and fine-tuning config it will run."""
+  validation.check_table(config, validation.STUDY)
+  for i, level in enumerate(config.robustness.levels):
+    validation.number(0).check(f'robustness.levels[{i}]', level)
+  versions = tuple(config.squad.versions)
+  for v in versions:
+    if v not in validation.SQUAD_VERSIONS:
+      known = ', '.join(map(repr, validation.SQUAD_VERSIONS))
+      raise UserError(f'squad.versions must hold only {known}, got {versions!r}')
+  variants = variants_of(config)
+  for variant in variants:
+    config_checks.pretrain(pretrain_config(config, variant))
+  baselines_of(config, variants)
+  # None: 'auto', the tasks of the glue_data folder (found by the study's preflight).
+  tasks = listed_glue_tasks(config) or ['all']
+  for task in tasks:
+    # init_from is the study's own pretraining workdir, made by stage 1.
+    config_checks.glue(glue_config(config, os.path.join('pretrain', variants[0]), task))

@@ -1,5 +1,5 @@
 """The long study's report: W/report.md, W/summary.json, W/horizon.png, W/curves.png, written
-from the result files alone (sharedbert.experiments.study_long.analyse).
+from the result files alone (sharedbert.lab.study_long.analyse).
 
 It leads with the horizon figure and the factorial table; then equal FLOPs, what the
 design can call equivalent, the selection sweeps and every verdict run.
@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 import os
 
-from sharedbert.experiments import study_long
+import numpy as np
+
 from sharedbert.utils import jsonio
+from sharedbert.lab import study_long
 
 SUMMARY_FILE = 'summary.json'
 REPORT_FILE = 'report.md'
@@ -115,7 +117,6 @@ def write_figures(summary: dict, workdir: str) -> list[str]:
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
-  import numpy as np
   written = []
   gaps = summary['horizon'].get('gap', {})
   if gaps:

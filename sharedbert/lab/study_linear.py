@@ -14,13 +14,21 @@ import os
 
 from absl import logging
 import numpy as np
+import flax.linen as nn
+import jax
 
-from sharedbert.experiments import study_plan
-from sharedbert.experiments import study_pretrain
-from sharedbert.experiments.study_stats import AVERAGE_EXCLUDES
 from sharedbert.metrics import stats
 from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
+from sharedbert import sharding
+from sharedbert.data import glue
+from sharedbert.evaluators import linear_probe
+from sharedbert.lab import study_plan
+from sharedbert.lab import study_pretrain
+from sharedbert.lab.study_stats import AVERAGE_EXCLUDES, task_title
+from sharedbert.models import bert as bert_lib
+from sharedbert.tasks import engine
+from sharedbert.tasks import finetune
 
 NONE = 'none'
 
@@ -56,13 +64,6 @@ def run_all(config, workdir: str, variants, glue_tasks) -> None:
   tasks = tasks_of(config, glue_tasks)
   if not tasks:
     return
-  import jax
-  import flax.linen as nn
-  from sharedbert.data import glue
-  from sharedbert.evaluators import linear_probe
-  from sharedbert.models import bert as bert_lib
-  from sharedbert.tasks import engine
-  from sharedbert.tasks import finetune
   lp = config.linear_probe
   g = study_plan.glue_config(config, '', tasks[0]).data
   runs = _runs(config, workdir, variants)
@@ -90,7 +91,6 @@ def run_all(config, workdir: str, variants, glue_tasks) -> None:
       params = nn.unbox(bert_lib.BertEncoder(model_cfg).init(
           jax.random.key(seed), z, z, np.ones_like(z))['params'])
     else:
-      from sharedbert import sharding
       target = finetune.abstract_encoder(model_cfg, sharding.make_mesh(cfg.mesh),
                                          sharding.rules(cfg))
       params, _ = finetune.restore_encoder_params(folder, target)
@@ -150,7 +150,6 @@ def section(a: dict) -> list[str]:
   """The report's linear-probe table and its sentence."""
   if not a['tasks'] or not any(a['rows'].values()):
     return []
-  from sharedbert.experiments.study_stats import task_title
   cols = list(a['tasks']) + ['_average']
   head = ['row'] + [task_title(t) if t != '_average' else 'average' for t in cols]
   rows = []

@@ -9,8 +9,8 @@ import numpy as np
 
 from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
-from sharedbert.experiments import study_plan
-from sharedbert.experiments.study_stats import task_title
+from sharedbert.lab import study_plan
+from sharedbert.lab.study_stats import task_title
 
 _save_figure = reporting.save_figure
 _plt = reporting.pyplot

@@ -1,8 +1,8 @@
 r"""The budget recipe's ablation: held-out MLM accuracy at the same wall time, per change.
 
-    python -m sharedbert.experiments.recipe_ablation --workdir=/tmp/recipe_ablation \
+    python -m sharedbert.lab.recipe_ablation --workdir=/tmp/recipe_ablation \
         --out=docs/recipe
-    python -m sharedbert.experiments.recipe_ablation --workdir=W --seconds=240 --preset=tiny \
+    python -m sharedbert.lab.recipe_ablation --workdir=W --seconds=240 --preset=tiny \
         --corpus=DATA/corpus --variant=standard
 
 Arms: BERT's recipe, the budget recipe, and the budget recipe without each of its groups
@@ -28,6 +28,7 @@ from absl import logging
 from sharedbert import config as sb_config
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.utils import reporting
+from sharedbert import train
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'Where the arms train (W/<arm>/, W/calibration/<arm>/).')
@@ -78,7 +79,6 @@ def _slug(arm: str) -> str:
 
 def calibrate(config, workdir: str, steps: int) -> float:
   """Seconds per step of `config`, from a short run (after compilation)."""
-  from sharedbert import train
   c = config.copy_and_resolve_references()
   c.total_steps = steps
   c.log_every_steps = max(steps // 3, 1)
@@ -94,7 +94,6 @@ def calibrate(config, workdir: str, steps: int) -> float:
 
 
 def run_arm(arm: str, overrides: dict, workdir: str) -> dict:
-  from sharedbert import train
   config = arm_config(arm, overrides, FLAGS.preset, FLAGS.variant, FLAGS.corpus)
   step_time = calibrate(config, os.path.join(workdir, 'calibration', _slug(arm)),
                         FLAGS.calibration_steps)
@@ -208,7 +207,7 @@ def main(argv):
                                                         'corpus') if FLAGS[name].present]
     if FLAGS['arms'].present:  # Quoted: arm names have spaces.
       shown.append(f'"--arms={",".join(chosen)}"')
-    command = ' '.join(['python -m sharedbert.experiments.recipe_ablation --workdir=W'] + shown)
+    command = ' '.join(['python -m sharedbert.lab.recipe_ablation --workdir=W'] + shown)
     results = []
     for arm in chosen:
       results.append(run_arm(arm, all_arms[arm], FLAGS.workdir))
@@ -219,4 +218,4 @@ def main(argv):
 if __name__ == '__main__':
   from sharedbert import cli
   app.run(main, flags_parser=cli.flags_parser('sharedbert recipe_ablation',
-                                              'sharedbert.experiments.recipe_ablation'))
+                                              'sharedbert.lab.recipe_ablation'))

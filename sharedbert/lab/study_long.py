@@ -32,12 +32,20 @@ import time
 from absl import logging
 import ml_collections
 import numpy as np
+from scipy import stats as sp_stats
 
 from sharedbert.errors import UserError
-from sharedbert.experiments import study_plan
 from sharedbert.metrics import stats
 from sharedbert.utils import jsonio
 from sharedbert.utils import workers as workers_lib
+from sharedbert import train as train_lib
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.data.pretrain import PretrainData, max_predictions
+from sharedbert.lab import study_plan
+from sharedbert.lab import study_pretrain
+from sharedbert.models import attention as attention_lib
+from sharedbert.models import flops as flops_lib
+from sharedbert.models.bert import ModelConfig
 
 RUNS_DIR = 'runs'
 VOCAB_DIR = 'vocab'
@@ -72,7 +80,6 @@ class LongRun:
 
 
 def attention_variants() -> list[str]:
-  from sharedbert.models import attention as attention_lib
   return list(attention_lib.VARIANTS)
 
 
@@ -156,9 +163,6 @@ def equal_flops_steps(config, variant: str) -> int:
 
 
 def step_flops(config, variant: str) -> int:
-  from sharedbert.data.pretrain import max_predictions
-  from sharedbert.models import flops as flops_lib
-  from sharedbert.models.bert import ModelConfig
   cfg = study_plan.pretrain_config(config, variant)
   d = cfg.data
   return int(flops_lib.train_step_flops(ModelConfig.from_config(cfg.model), d.batch_size,
@@ -233,8 +237,6 @@ def _train_one(cfg, run_dir_: str) -> dict:
   """Trains one run (resuming it) and writes its study_done.json; in any process. A run
   that diverges is finished too: its loss counts as the worst in a sweep."""
   import tensorflow as tf
-  from sharedbert import train as train_lib
-  from sharedbert.experiments import study_pretrain
   tf.io.gfile.makedirs(run_dir_)
   t0 = time.time()
   try:
@@ -272,8 +274,6 @@ def _prepare_vocab(config, workdir: str, run: LongRun) -> None:
   """The study's one vocabulary, learned once in W/vocab/ and copied into every run folder,
   so that every run sees the same token ids."""
   import tensorflow as tf
-  from sharedbert.data import tokenizer as tokenizer_lib
-  from sharedbert.data.pretrain import PretrainData
   vocab = os.path.join(workdir, VOCAB_DIR, tokenizer_lib.VOCAB_FILE)
   if not tf.io.gfile.exists(vocab):
     tf.io.gfile.makedirs(os.path.dirname(vocab))
@@ -352,7 +352,6 @@ def trend(points: list[tuple[float, float]], confidence: float = 0.95) -> dict |
   """A straight line of per-seed gaps against log2(tokens): the slope per doubling of the
   tokens seen, with its t interval (residual df = points - 2). Seeds recur across horizons,
   so the points are not independent: the interval is, if anything, too narrow."""
-  from scipy import stats as sp_stats
   if len({x for x, _ in points}) < 2 or len(points) < 3:
     return None
   x = np.log2(np.asarray([p[0] for p in points], np.float64))
@@ -371,7 +370,6 @@ def trend(points: list[tuple[float, float]], confidence: float = 0.95) -> dict |
 def smallest_margin(diffs: list[float], alpha: float) -> float | None:
   """The smallest margin a TOST at level alpha could call equivalent with these seeds'
   spread, were the mean difference 0: t_{1-alpha, n-1} * sd / sqrt(n)."""
-  from scipy import stats as sp_stats
   if len(diffs) < 2:
     return None
   sd = float(np.std(diffs, ddof=1))
@@ -381,7 +379,6 @@ def smallest_margin(diffs: list[float], alpha: float) -> float | None:
 def seeds_for_margin(sd: float, margin: float, alpha: float, limit: int = 100) -> int | None:
   """Seeds needed for a TOST at +-margin to pass with a true difference of 0 and this
   spread of per-seed differences (None: more than `limit`)."""
-  from scipy import stats as sp_stats
   for n in range(2, limit + 1):
     if sp_stats.t.ppf(1 - alpha, n - 1) * sd / math.sqrt(n) < margin:
       return n
