@@ -108,7 +108,7 @@ def convert_params(params: dict, source_cfg: ModelConfig, target_cfg: ModelConfi
 
 
 def _convert(params, source_cfg, target_cfg, fit=None,
-             moments=None) -> tuple[dict, attention_lib.Conversion]:
+             moments=None) -> tuple[dict, fit_lib.Conversion]:
   """The target variant's class fits its attention (`from_standard`); the rest is copied."""
   out = copy.deepcopy(params)
   layers = [params['bert'][f'layer_{i}']['attention'] for i in range(source_cfg.num_layers)]

@@ -38,7 +38,6 @@ H head width, G a second head-width axis, C the three roles (q, k, v), A atoms.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable, ClassVar
 
@@ -181,31 +180,6 @@ def self_attention_share(q, k, mask, *, query_scaled: bool = False):
   return jnp.sum(diag.mean(axis=1) * real) / jnp.maximum(jnp.sum(real), 1.0)
 
 
-@dataclasses.dataclass
-class Conversion:
-  """A variant's attention fitted to a standard model's (`AttentionBase.from_standard`)."""
-  layers: list[dict]    # Each layer's new attention params.
-  shared: dict | None   # The encoder's cross-layer params (bert/shared_attention), if any.
-  header: list[str]     # The table of reconstruction errors: its header and rows.
-  rows: list[list[str]]
-  what: str             # What was fitted, for the report.
-  errors_of: str = 'kernels'
-
-
-def per_layer_conversion(layers, fit_layer, error_keys, header, what, errors_of,
-                         moments=None) -> Conversion:
-  """A Conversion fitted layer by layer: fit_layer(attention) -> (params, errors), one
-  table row a layer with the errors of `error_keys`; with `moments` (one per layer: the
-  inputs' second moment), fit_layer(attention, input_moment=moments[i])."""
-  new_layers, rows = [], []
-  for i, attention in enumerate(layers):
-    fitted, errors = (fit_layer(attention) if moments is None
-                      else fit_layer(attention, input_moment=moments[i]))
-    new_layers.append(fitted)
-    rows.append([str(i)] + [f'{errors[k]:.2e}' for k in error_keys])
-  return Conversion(new_layers, None, header, rows, what, errors_of)
-
-
 class AttentionBase(nn.Module):
   """Common plumbing: subclasses implement `qkv(x) -> (q, k, v)`, each [B,T,N,H].
 
@@ -314,7 +288,7 @@ class AttentionBase(nn.Module):
 
   @classmethod
   def from_standard(cls, layers: list[dict], config, fit: str | None = None, moments=None):
-    """standard layers' attention params (NumPy) -> a `Conversion`, by the named fit;
+    """standard layers' attention params (NumPy) -> a `fit_lib.Conversion`, by the named fit;
     `moments` (the inputs' second moment per layer, on real text) weight the fits that
     take them ('function'), and are refused by the others."""
     raise UserError(f'cannot convert to {config.attention!r}; the variant has no conversion '
@@ -418,12 +392,12 @@ class SharedAttention(AttentionBase):
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
     if cls.conversion_fit(fit, moments) == 'rank1':
-      return per_layer_conversion(
+      return fit_lib.per_layer_conversion(
           layers, fit_lib.fit_shared, ('qkv',) + fit_lib.ROLES,
           ['layer', 'Q,K,V together', 'query', 'key', 'value'],
           'W_s, b_s, d_q, d_k, d_v per layer (least squares on the weights, rank one per '
           'output unit)', 'weights and biases')
-    return per_layer_conversion(
+    return fit_lib.per_layer_conversion(
         layers, fit_lib.fit_shared_function, ('scores', 'values'),
         ['layer', 'scores [W_q;b_q][W_k;b_k]^T', 'value path W_v W_o'],
         'W_s, b_s, d_q, d_k, d_v, W_o per layer, fitted per head to the symmetrised score '
@@ -460,10 +434,10 @@ class SymmetricAttention(AttentionBase):
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
     if cls.conversion_fit(fit, moments) == 'mean':
-      return per_layer_conversion(
+      return fit_lib.per_layer_conversion(
           layers, fit_lib.fit_symmetric_mean, ('query', 'key'), ['layer', 'query', 'key'],
           'W_qk, b_qk = the mean of the query and key weights', 'kernels')
-    return per_layer_conversion(
+    return fit_lib.per_layer_conversion(
         layers, fit_lib.fit_symmetric_function, ('scores',),
         ['layer', 'scores [W_q;b_q][W_k;b_k]^T'],
         'W_qk, b_qk per layer, the top positive eigenpairs of each head\'s symmetrised score '
@@ -515,7 +489,7 @@ class KVSharedAttention(AttentionBase):
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
     cls.conversion_fit(fit, moments)
-    return per_layer_conversion(
+    return fit_lib.per_layer_conversion(
         layers, fit_lib.fit_kv_shared, ('scores', 'values'),
         ['layer', 'scores [W_q;b_q] W_k^T', 'value path W_v W_o'],
         'W_q, b_q, W_kv and W_o per layer, fitted to what attention computes (per head: the '

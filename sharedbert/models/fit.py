@@ -1,19 +1,45 @@
 """Least-squares fits of a pretrained `standard` model's attention weights (NumPy): onto
 `shared` attention (W_s and three diagonals per layer, `fit_shared`), onto `kv_shared`
 (per head, the score form and the value path, `fit_kv_shared`) and onto MASA's
-cross-layer dictionary (matrix PCA, `fit_atoms`, `fit_masa`). The variants' conversion
-hooks call these (sharedbert/models/attention.py); sharedbert.convert.shared reads and
-writes the workdirs. The method is described in sharedbert/convert/shared.py."""
+cross-layer dictionary (matrix PCA, `fit_atoms`, `fit_masa`), and what a conversion
+returns (`Conversion`, `per_layer_conversion`). The variants' conversion hooks call these
+(sharedbert/models/attention.py); sharedbert.convert.shared reads and writes the workdirs. The method is described in sharedbert/convert/shared.py."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 
 from sharedbert.errors import UserError
 
 ROLES = ('query', 'key', 'value')
+
+
+@dataclasses.dataclass
+class Conversion:
+  """A variant's attention fitted to a standard model's (`AttentionBase.from_standard`)."""
+  layers: list[dict]    # Each layer's new attention params.
+  shared: dict | None   # The encoder's cross-layer params (bert/shared_attention), if any.
+  header: list[str]     # The table of reconstruction errors: its header and rows.
+  rows: list[list[str]]
+  what: str             # What was fitted, for the report.
+  errors_of: str = 'kernels'
+
+
+def per_layer_conversion(layers, fit_layer, error_keys, header, what, errors_of,
+                         moments=None) -> Conversion:
+  """A Conversion fitted layer by layer: fit_layer(attention) -> (params, errors), one
+  table row a layer with the errors of `error_keys`; with `moments` (one per layer: the
+  inputs' second moment), fit_layer(attention, input_moment=moments[i])."""
+  new_layers, rows = [], []
+  for i, attention in enumerate(layers):
+    fitted, errors = (fit_layer(attention) if moments is None
+                      else fit_layer(attention, input_moment=moments[i]))
+    new_layers.append(fitted)
+    rows.append([str(i)] + [f'{errors[k]:.2e}' for k in error_keys])
+  return Conversion(new_layers, None, header, rows, what, errors_of)
 
 
 def relative_error(target: np.ndarray, fit: np.ndarray) -> float:

@@ -14,8 +14,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from sharedbert.errors import UserError
-from sharedbert.models.attention import (AttentionBase, Conversion, _dense, kernel_init, matmul,
-                                         register)
+from sharedbert.models.attention import AttentionBase, _dense, kernel_init, matmul, register
 from sharedbert.models import fit as fit_lib
 
 
@@ -123,7 +122,7 @@ class MasaAttention(AttentionBase):
     rows = [[str(i)] + [f'{errors[t][i]:.2e}' for t in types] for i in range(len(layers))]
     what = (f'S={masa_num_atoms(config)} atoms per type ({config.masa_projections}) for '
             f'{config.num_layers} layers (matrix PCA)')
-    return Conversion(new_layers, dictionary, header, rows, what)
+    return fit_lib.Conversion(new_layers, dictionary, header, rows, what)
 
   @classmethod
   def check_config(cls, config):
