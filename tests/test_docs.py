@@ -62,11 +62,12 @@ def test_every_documented_module_command_exists():
   import glob
   import importlib.util
   from sharedbert import cli
-  root = os.path.dirname(REFERENCE.rsplit(os.sep + 'docs', 1)[0] + os.sep + 'x')
+  root = os.path.dirname(os.path.dirname(REFERENCE))
   files = [os.path.join(root, 'README.md')] + sorted(
       glob.glob(os.path.join(root, 'docs', '**', '*.md'), recursive=True) +
       glob.glob(os.path.join(root, 'configs', '*.py')) +
-      glob.glob(os.path.join(root, 'launch', '*')) + glob.glob(os.path.join(root, 'bench', '*.sh')))
+      glob.glob(os.path.join(root, 'launch', '*')) +
+      glob.glob(os.path.join(root, 'bench', '*.sh')))
   modules, subcommands = set(), set()
   for path in files:
     with open(path, encoding='utf-8') as f:

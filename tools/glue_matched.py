@@ -12,7 +12,7 @@ that tools/hf_glue_reference.py --matched=OUT can repeat the run step for step i
 checkpoint). Writes OUT/init/ (the untrained classifier, encoder and fresh head, exported
 by sharedbert.convert.hf as BertForSequenceClassification with the tokenizer), and
 OUT/sharedbert.npz: the rows' token ids as sharedbert tokenized them (train and dev), the
-order of every epoch (engine.fit_epoch's default_rng([seed, epoch])), the learning rate
+order of every epoch (engine.epoch_order, as fit_epoch draws it), the learning rate
 and the training loss of every step, and the dev predictions at the end.
 """
 
@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 from configs import glue as glue_config  # noqa: E402
 from sharedbert import optim as optim_lib  # noqa: E402
 from sharedbert.convert import hf as convert_hf  # noqa: E402
+from sharedbert.data import glue  # noqa: E402
 from sharedbert.models.bert import unstack_layers  # noqa: E402
 from sharedbert.tasks import engine, finetune, glue_task  # noqa: E402
 
@@ -42,8 +43,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--encoder', required=True, help='a sharedbert workdir (imported encoder)')
   parser.add_argument('--glue_dir', required=True)
-  parser.add_argument('--task', default='sst2')
-  parser.add_argument('--out', required=True, help='a new or empty folder')
+  parser.add_argument('--task', default='sst2', help='a classification task (not stsb)')
+  parser.add_argument('--out', required=True, help='where init/ and sharedbert.* are written')
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--seq_len', type=int, default=64)
   parser.add_argument('--max_train_examples', type=int, default=2000)
@@ -53,6 +54,9 @@ def main():
   parser.add_argument('--dropout', type=float, default=0.0,
                       help='hidden, attention and classifier dropout (the matched run: 0)')
   args = parser.parse_args()
+  if glue.get_task(args.task).is_regression:  # The reference repeats a cross-entropy run.
+    raise SystemExit(f'{args.task} is a regression task; the matched run takes a '
+                     'classification task (cola, sst2, mrpc, ...)')
 
   config = glue_config.get_config(f'task={args.task},seeds=1')
   config.init_from = args.encoder
@@ -90,26 +94,26 @@ def main():
     losses, orders = [], []
     n = len(run.train)
     for epoch in range(1, args.epochs + 1):
-      orders.append(np.random.default_rng([args.seed, epoch]).permutation(n))
+      orders.append(engine.epoch_order(n, args.seed, epoch))
       state, epoch_losses = engine.fit_epoch(
           run.step_fn, state, run.train.arrays(), batch_size=config.batch_size, seed=args.seed,
           epoch=epoch, mesh=mesh, process=run.process)
-      losses += [float(x) for x in jax.device_get(epoch_losses)]
-      print(f'{spec.name} epoch {epoch}: mean train loss {np.mean(losses[-len(epoch_losses):]):.6f}',
-            flush=True)
+      epoch_losses = [float(x) for x in jax.device_get(epoch_losses)]
+      losses += epoch_losses
+      print(f'{spec.name} epoch {epoch}: mean train loss {np.mean(epoch_losses):.6f}', flush=True)
     dev_split = spec.dev_splits[0]
     dev = run.features[dev_split]
     logits = run.predict(state.params, dev)
   lrs = np.asarray([float(schedule(s)) for s in range(run.total_steps)], np.float64)
-  preds = logits[:, 0] if spec.is_regression else np.argmax(logits, -1)
-  score = float(np.mean(preds == dev.labels)) if not spec.is_regression else float('nan')
+  score = float(np.mean(np.argmax(logits, -1) == dev.labels))
   np.savez(os.path.join(args.out, 'sharedbert.npz'),
            train_ids=run.train.input_ids, train_segments=run.train.segment_ids,
            train_lengths=run.train.lengths, train_labels=run.train.labels,
            dev_ids=dev.input_ids, dev_lengths=dev.lengths, dev_labels=dev.labels,
            orders=np.stack(orders), losses=np.asarray(losses), lrs=lrs, dev_logits=logits)
   settings = dict(vars(args), total_steps=run.total_steps, num_train=n,
-                  warmup_steps=int(round(config.optim.warmup_fraction * run.total_steps)),
+                  warmup_steps=optim_lib.with_warmup_steps(config.optim,
+                                                           run.total_steps).warmup_steps,
                   dev_split=dev_split, dev_accuracy=score)
   with open(os.path.join(args.out, 'sharedbert.json'), 'w') as f:
     json.dump(settings, f, indent=1)

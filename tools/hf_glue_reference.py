@@ -31,7 +31,7 @@ draws BERT's normal cut at ±2 std). `--schedule=sharedbert
 Matched mode (issue 43): `--matched=DIR` repeats, step for step, the run that
 tools/glue_matched.py made in DIR: the model is DIR/init (sharedbert's untrained
 classifier, exported), the batches are its epochs' orders, the learning rate of each step
-is the one it applied, dropout is `--dropout` (0). It checks that the Hugging Face
+is the one it applied, and dropout is the recorded run's (0). It checks that the Hugging Face
 tokenizer gives sharedbert's token ids, trains, and writes both runs' per-step losses to
 --out with the first step where they part by more than --tolerance.
 
@@ -126,6 +126,27 @@ def metrics(task: str, predictions, labels) -> dict:
   return out
 
 
+def tokenize(tok, rows, seq_len: int):
+  """A batch of (text_a, text_b or None, label) rows as the model's inputs: pairs cut
+  longest-first to seq_len, padded to the longest row."""
+  a = [r[0] for r in rows]
+  b = [r[1] for r in rows] if rows[0][1] is not None else None
+  return tok(a, b, truncation='longest_first', max_length=seq_len, padding=True,
+             return_tensors='pt')
+
+
+def adamw(model, args, lr: float):
+  """torch's AdamW over `model` with sharedbert.optim's decay mask: no weight decay on
+  biases and LayerNorm."""
+  import torch
+  plain = lambda n: n.endswith('bias') or 'LayerNorm' in n
+  return torch.optim.AdamW(
+      [{'params': [p for n, p in model.named_parameters() if not plain(n)],
+        'weight_decay': args.weight_decay},
+       {'params': [p for n, p in model.named_parameters() if plain(n)], 'weight_decay': 0.0}],
+      lr=lr, betas=(0.9, 0.999), eps=args.eps)
+
+
 def sharedbert_lr_factor(step: int, warmup: int, total: int) -> float:
   """sharedbert.optim's rate at `step` over lr: (s+1)/W while warming up, then linear to 0
   at the last step, total - 1 (tests/test_glue_matched_tool.py checks it against ours)."""
@@ -153,19 +174,11 @@ def run_seed(args, task: str, seed: int, train, dev) -> dict:
   torch.nn.init.zeros_(model.classifier.bias)
 
   def encode(rows):
-    a = [r[0] for r in rows]
-    b = [r[1] for r in rows] if rows[0][1] is not None else None
-    enc = tok(a, b, truncation='longest_first', max_length=args.seq_len, padding=True,
-              return_tensors='pt')
     dtype = torch.float32 if regression else torch.long
-    return enc, torch.tensor([r[2] for r in rows], dtype=dtype)
+    return (tokenize(tok, rows, args.seq_len),
+            torch.tensor([r[2] for r in rows], dtype=dtype))
 
-  no_decay = [p for n, p in model.named_parameters() if n.endswith('bias') or 'LayerNorm' in n]
-  decay = [p for n, p in model.named_parameters()
-           if not (n.endswith('bias') or 'LayerNorm' in n)]
-  opt = torch.optim.AdamW([{'params': decay, 'weight_decay': args.weight_decay},
-                           {'params': no_decay, 'weight_decay': 0.0}],
-                          lr=args.lr, betas=(0.9, 0.999), eps=args.eps)
+  opt = adamw(model, args, args.lr)
   steps_per_epoch = -(-len(train) // args.batch_size)
   total = steps_per_epoch * args.epochs
   warmup = int(round(args.warmup_fraction * total))
@@ -214,25 +227,22 @@ def _ids(enc, i):
   return enc['input_ids'][i][mask].tolist()
 
 
-def run_matched(args, train, dev) -> dict:
-  """tools/glue_matched.py's run, repeated in PyTorch step for step (see the docstring)."""
+def run_matched(args, meta: dict, train, dev) -> dict:
+  """tools/glue_matched.py's run (`meta`: its sharedbert.json), repeated in PyTorch step
+  for step (see the docstring)."""
   import torch
   from transformers import AutoTokenizer, BertForSequenceClassification
   ref = np.load(os.path.join(args.matched, 'sharedbert.npz'))
-  meta = json.load(open(os.path.join(args.matched, 'sharedbert.json')))
   if meta['task'] != args.task or meta['num_train'] != len(train):
     raise SystemExit(f'{args.matched} holds {meta["task"]} with {meta["num_train"]} rows, '
                      f'not {args.task} with {len(train)}: pass its --max_train_examples')
   init = os.path.join(args.matched, 'init')
   tok = AutoTokenizer.from_pretrained(init)
+  dropout = float(meta['dropout'])  # The recorded run's (0: the matched comparison).
   model = BertForSequenceClassification.from_pretrained(
-      init, hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+      init, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
 
-  def encode(rows):
-    a = [r[0] for r in rows]
-    b = [r[1] for r in rows] if rows[0][1] is not None else None
-    return tok(a, b, truncation='longest_first', max_length=meta['seq_len'], padding=True,
-               return_tensors='pt')
+  encode = lambda rows: tokenize(tok, rows, meta['seq_len'])
 
   # 1. The same token ids as sharedbert's, row by row.
   differ = {}
@@ -245,13 +255,8 @@ def run_matched(args, train, dev) -> dict:
           flush=True)
 
   # 2. The same steps: order, learning rate, AdamW, clipping; dropout off.
-  no_decay = [p for n, p in model.named_parameters() if n.endswith('bias') or 'LayerNorm' in n]
-  decay = [p for n, p in model.named_parameters()
-           if not (n.endswith('bias') or 'LayerNorm' in n)]
   lrs = ref['lrs']
-  opt = torch.optim.AdamW([{'params': decay, 'weight_decay': args.weight_decay},
-                           {'params': no_decay, 'weight_decay': 0.0}],
-                          lr=float(lrs[0]), betas=(0.9, 0.999), eps=args.eps)
+  opt = adamw(model, args, float(lrs[0]))
   batch = meta['batch_size']
   losses, step = [], 0
   model.train()
@@ -278,7 +283,7 @@ def run_matched(args, train, dev) -> dict:
   diff = np.abs(ours - ref['losses'])
   parted = np.nonzero(diff > args.tolerance)[0]
   labels = np.asarray([r[2] for r in dev])
-  out = {'task': args.task, 'settings': meta, 'dropout': args.dropout,
+  out = {'task': args.task, 'settings': meta, 'dropout': dropout,
          'tolerance': args.tolerance, 'token_ids': differ, 'steps': len(losses),
          'first_parting_step': int(parted[0]) if len(parted) else None,
          'max_loss_diff': float(diff.max()),
@@ -287,7 +292,8 @@ def run_matched(args, train, dev) -> dict:
          'dev_accuracy': {'hf': float(np.mean(logits.argmax(-1) == labels)),
                           'sharedbert': float(meta['dev_accuracy'])},
          'dev_logits_max_diff': float(np.abs(logits - ref['dev_logits']).max()),
-         'dev_predictions_differ': int(np.sum(logits.argmax(-1) != ref['dev_logits'].argmax(-1)))}
+         'dev_predictions_differ': int(np.sum(logits.argmax(-1) !=
+                                              ref['dev_logits'].argmax(-1)))}
   for s in (0, 1, 2, 10, 50, 99, len(losses) - 1):
     if s < len(losses):
       print(f'step {s}: lr {lrs[s]:.3e} loss hf {losses[s]:.6f} sharedbert '
@@ -328,7 +334,6 @@ def main():
                       "sharedbert's (BERT's) normal cut at ±2 std")
   parser.add_argument('--matched', default='',
                       help='a folder of tools/glue_matched.py: repeat its run step for step')
-  parser.add_argument('--dropout', type=float, default=0.0, help='matched mode: dropout')
   parser.add_argument('--tolerance', type=float, default=1e-4,
                       help='matched mode: the largest per-step loss difference called equal')
   args = parser.parse_args()
@@ -340,7 +345,7 @@ def main():
   train = subset(read_split(args.glue_dir, args.task, 'train'), args.max_train_examples)
   dev = read_split(args.glue_dir, args.task, 'dev')
   if args.matched:
-    out = run_matched(args, train, dev)
+    out = run_matched(args, meta, train, dev)
     with open(args.out, 'w') as f:
       json.dump(out, f, indent=1)
     return

@@ -17,6 +17,7 @@ engine its rows as a dict of numpy arrays: token arrays [n, T] ('input_ids',
   padded_width   the columns a split keeps: its longest row, rounded up to 8
   bucket_width   a predict batch's columns: the next power of two of its longest row
   make_batch     a global batch's rows for this process, padded with rows of weight 0
+  epoch_order    the order of an epoch's rows
   fit_epoch      one epoch of a jitted step over a seeded permutation, on the mesh
   predict        a jitted forward over every row, batched in order of length, on the mesh
 """
@@ -176,10 +177,15 @@ def make_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, size: int,
   return batch
 
 
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+  """The order of an epoch's n rows: default_rng([seed, epoch]), the same on every run."""
+  return np.random.default_rng([seed, epoch]).permutation(n)
+
+
 def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, batch_size: int,
               seed: int, epoch: int, mesh, process: tuple[int, int] = (0, 1),
               on_step: Optional[Callable] = None):
-  """One epoch: the rows in the order of default_rng([seed, epoch]), `batch_size` a step
+  """One epoch: the rows in `epoch_order(n, seed, epoch)`, `batch_size` a step
   (the last step padded with rows of weight 0), `state, loss = step_fn(state, batch)`.
 
   `on_step(done, losses)` runs after each step (logging, timing the first); a Ctrl-C or
@@ -187,7 +193,7 @@ def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, bat
   (state, losses as device arrays), so that nothing waits on a step's loss.
   """
   n = len(next(iter(arrays.values())))
-  order = np.random.default_rng([seed, epoch]).permutation(n)
+  order = epoch_order(n, seed, epoch)
   losses = []
   for i in range(-(-n // batch_size)):
     idx = order[i * batch_size:(i + 1) * batch_size]
