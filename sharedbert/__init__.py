@@ -1,8 +1,10 @@
 """sharedbert: BERT encoders with shared query-key-value attention weights (JAX/Flax).
 
 Run `python -m sharedbert.main --config=configs/shared_base.py:tiny --workdir=DIR`; from a
-notebook, `sharedbert.train.train_and_evaluate(config, workdir)`, and
-`sharedbert.restore(workdir)` to open a run's checkpoint on whatever devices you have.
+notebook, `import sharedbert.train` for `sharedbert.train.train_and_evaluate(config,
+workdir)`, and `import sharedbert.restore` for `sharedbert.restore(workdir)`, which opens a
+run's checkpoint on whatever devices you have. `import sharedbert` alone loads neither JAX
+nor TensorFlow.
 """
 
 import os
@@ -19,9 +21,9 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 
 def __getattr__(name):
-  # Imported on first use, so that `import sharedbert` stays light (no JAX, no TensorFlow).
-  if name == 'restore':
-    from sharedbert.restore import restore
-    globals()['restore'] = restore
-    return restore
+  # The submodules load JAX and TensorFlow, so `import sharedbert` does not import them;
+  # a notebook that forgot the import line gets told which one it needs.
+  if name in ('restore', 'train'):
+    raise AttributeError(f'sharedbert.{name} is not imported yet: add `import '
+                         f'sharedbert.{name}` (it loads JAX)')
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -1,9 +1,10 @@
 """Masked-LM pretraining: `train_and_evaluate(config, workdir)`.
 
-Importable from a notebook. The flow is: config -> mesh -> input pipeline (vocabulary
-learned or reused) -> model and optimizer state placed on the mesh by logical axis rules
--> restore the latest checkpoint if there is one -> the jitted step, compiled once ->
-metrics, held-out evaluations and checkpoints in the workdir.
+Importable from a notebook. The flow is: config -> preflight (every check, nothing
+written) -> the jitted step compiled once on the mesh -> the state, restored from the
+latest good checkpoint or new, placed by logical axis rules -> the data (vocabulary
+learned or reused, input pipelines) -> the loop (metrics, held-out evaluations and
+checkpoints in the workdir) -> summary.
 
 WORKDIR layout: config.json, vocab.model, metrics.jsonl, tensorboard/, checkpoints/<step>/.
 """
@@ -286,116 +287,169 @@ def train_and_evaluate(config, workdir: str) -> dict:
       return _train(config, workdir, plan, early=early)
 
 
-def _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chief):
-  """(state, start step, pending metrics) from the latest good checkpoint of `workdir`,
-  restored onto `shardings` (from either layer layout); None when there is none."""
+# ---------------------------------------------------------------------------------------
+# A checked run, in the order it happens: the step compiled on the mesh -> the state
+# (restored or new) -> the data (workdir, vocabulary, pipelines) -> the loop -> the end.
+
+@dataclasses.dataclass(frozen=True)
+class _Steps:
+  """The model and its steps, compiled on the mesh (a run's first phase)."""
+  model: BertForPretraining
+  tx: Any
+  shardings: Any
+  compiled: Any   # The train step, compiled once.
+  eval_fn: Any
+  init_rng: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+  """Where the loop starts: the state and its step, the per-step metrics since the last log
+  line (saved with the checkpoint), and the damaged steps skipped on the way to it."""
+  state: Any
+  step: int = 0
+  pending_metrics: tuple = ()
+  damaged_steps: tuple = ()
+
+
+def _compile_steps(config, plan: Plan) -> _Steps:
+  """Builds the model and optimizer and compiles the train step on the plan's mesh. Runs
+  before anything is written, so that a step that cannot fit is refused first."""
   d = config.data
-  resumed = None
-  reader = None
-  if tf.io.gfile.exists(checkpoint_lib.checkpoint_dir(workdir)):
-    reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
-  if reader is not None and reader.latest_step() is not None:
-    state, restored_meta, restored = restore_state(
-        reader, model_cfg, tx, mesh, axis_rules, shardings, d.seq_len, max_predictions(d))
-    start_step = int(restored_meta['data_position'])
-    # The per-step metrics since the last log line, saved with the checkpoint.
-    resumed = (state, start_step, restored_meta.get('pending_metrics', []))
-    logging.info('Resuming from the checkpoint at step %d in %s', restored, reader.directory)
-    # Batches and dropout are functions of (seed, batch size, step): other values resume
-    # the training, but not the original run's sequence.
-    for key, now in (('seed', config.seed), ('batch_size', d.batch_size)):
-      if restored_meta.get(key, now) != now:
-        logging.warning('the checkpoint was made with %s=%s and this run has %s=%s: from '
-                        'step %d on, batches and dropout differ from the original run',
-                        key, restored_meta[key], key, now, start_step)
-    if is_chief:
-      checkpoint_lib.set_aside_damaged(workdir, reader.damaged_steps)
-  else:
-    logging.info('Starting a new run in %s', workdir)
-  if reader is not None:
-    reader.close()
-  _sync('restored')
-  return resumed
-
-
-def _train(config, workdir: str, plan: Plan, *, early=None) -> dict:
-  """The run of a checked config (`plan`, from preflight): steps compiled on the mesh,
-  vocabulary, state (resumed or new), the loop, summary.
-
-  Longer than the house's ~80 lines on purpose: the loop's helpers (save, check_streak,
-  stop) are closures over the state, the non-finite streak, the checkpointer and the metric
-  writer, which the loop updates step by step; as separate functions they would pass that
-  state back and forth at every step.
-  """
-  is_chief = jax.process_index() == 0
-  mesh, axis_rules, model_cfg = plan.mesh, plan.axis_rules, plan.model_cfg
-  for note in (model_cfg.attention_impl_note(),
-               optim_lib.clamp_note(config.optim, config.total_steps)):
-    if note:
-      logging.warning(note)
-  model = BertForPretraining(model_cfg)
+  model = BertForPretraining(plan.model_cfg)
   tx, schedule = make_optimizer(config.optim, config.total_steps)
-  d = config.data
-  rng = jax.random.key(config.seed)
-  init_rng, dropout_rng = jax.random.split(rng)
-  shardings = state_shardings(model, tx, mesh, axis_rules, d.seq_len, max_predictions(d))
-  step_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, dropout_rng,
+  init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
+  shardings = state_shardings(model, tx, plan.mesh, plan.axis_rules, d.seq_len,
+                              max_predictions(d))
+  step_fn, eval_fn = jit_steps(model, tx, schedule, plan.mesh, shardings, dropout_rng,
                                config.optim.grad_accum_steps)
-  # Compiled before anything is written, so that a step that cannot fit is refused first.
-  compiled = compile_train_step(step_fn, model, tx, shardings, d, mesh, axis_rules)
+  compiled = compile_train_step(step_fn, model, tx, shardings, d, plan.mesh, plan.axis_rules)
+  return _Steps(model, tx, shardings, compiled, eval_fn, init_rng)
 
+
+def _initial_state(config, workdir: str, plan: Plan, steps: _Steps) -> _Start:
+  """The latest good checkpoint of `workdir` restored onto the mesh (from either layer
+  layout), or a new state. Only reads: the damaged steps it skips are moved aside by the
+  caller once the vocabulary is ready, and an old run that the plan sets aside is not read."""
+  d = config.data
+  directory = checkpoint_lib.checkpoint_dir(workdir)
+  if not plan.set_aside_old_run and tf.io.gfile.exists(directory):
+    reader = checkpoint_lib.Checkpointer(workdir, None, read_only=True)
+    try:
+      if reader.latest_step() is not None:
+        state, meta, restored = restore_state(
+            reader, plan.model_cfg, steps.tx, plan.mesh, plan.axis_rules, steps.shardings,
+            d.seq_len, max_predictions(d))
+        start_step = int(meta['data_position'])
+        logging.info('Resuming from the checkpoint at step %d in %s', restored, directory)
+        # Batches and dropout are functions of (seed, batch size, step): other values
+        # resume the training, but not the original run's sequence.
+        for key, now in (('seed', config.seed), ('batch_size', d.batch_size)):
+          if meta.get(key, now) != now:
+            logging.warning('the checkpoint was made with %s=%s and this run has %s=%s: '
+                            'from step %d on, batches and dropout differ from the original '
+                            'run', key, meta[key], key, now, start_step)
+        return _Start(state, start_step, tuple(meta.get('pending_metrics', [])),
+                      tuple(reader.damaged_steps))
+    finally:
+      reader.close()
+  logging.info('Starting a new run in %s', workdir)
+  state, _ = create_train_state(steps.model, steps.tx, steps.init_rng, plan.mesh,
+                                plan.axis_rules, d.seq_len, max_predictions(d))
+  return _Start(state)
+
+
+def _open_data(config, workdir: str, plan: Plan, is_chief: bool) -> PretrainData:
+  """The workdir made (an incompatible old run set aside when the plan says so), the
+  vocabulary learned or reused, the pipelines opened, and config.json written. The
+  vocabulary comes before any checkpoint is touched: a corpus it cannot be learned from is
+  refused with the checkpoints as they were."""
   tf.io.gfile.makedirs(workdir)
   if plan.set_aside_old_run and is_chief:
     _set_aside_old_run(workdir)
   _sync('set_aside_old_run')
-
   # The block of every global batch whose rows this process's devices hold.
-  block_index, block_count = sharding.process_batch_block(mesh)
-  # The vocabulary first: a corpus it cannot be learned from is refused with nothing written.
+  block_index, block_count = sharding.process_batch_block(plan.mesh)
   data = PretrainData(
       config, os.path.join(workdir, 'vocab.model'), process_index=block_index,
       process_count=block_count, is_vocab_writer=is_chief,
       wait_for_vocab=lambda: _sync('vocab'))
   if is_chief:
     write_config(config, workdir)
-  resumed = _resume(config, workdir, shardings, model_cfg, tx, mesh, axis_rules, is_chief)
-  if resumed is None:
-    state, _ = create_train_state(model, tx, init_rng, mesh, axis_rules, d.seq_len,
-                                  max_predictions(d))
-    start_step, pending_metrics = 0, []  # pending: metrics since the last log line.
-  else:
-    state, start_step, pending_metrics = resumed
+  return data
+
+
+def _train(config, workdir: str, plan: Plan, *, early=None) -> dict:
+  """The run of a checked config (`plan`, from preflight): mesh -> state -> data -> loop
+  -> summary. Returns the last metrics."""
+  is_chief = jax.process_index() == 0
+  mesh, model_cfg = plan.mesh, plan.model_cfg
+  for note in (model_cfg.attention_impl_note(),
+               optim_lib.clamp_note(config.optim, config.total_steps)):
+    if note:
+      logging.warning(note)
+  steps = _compile_steps(config, plan)
+  start = _initial_state(config, workdir, plan, steps)
+  data = _open_data(config, workdir, plan, is_chief)
+  if is_chief:
+    checkpoint_lib.set_aside_damaged(workdir, list(start.damaged_steps))
+  _sync('restored')  # Every process opens the checkpoints once the damaged are aside.
   ckpt = checkpoint_lib.Checkpointer(workdir, config.ckpt)
 
-  n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(start.state.params))
   logging.info('Model: %s attention, %s parameters; mesh %s; %d devices, %d processes',
                model_cfg.attention, f'{n_params:,}', dict(mesh.shape), jax.device_count(),
                jax.process_count())
-  writer = MetricWriter(workdir, enabled=is_chief, resume_step=start_step)
-  if start_step >= config.total_steps:
+  writer = MetricWriter(workdir, enabled=is_chief, resume_step=start.step)
+  if start.step >= config.total_steps:
     logging.info('Nothing to do: the checkpoint is at step %d and total_steps is %d',
-                 start_step, config.total_steps)
+                 start.step, config.total_steps)
     ckpt.wait()
     ckpt.close()
-    return {'step': start_step}
-
+    return {'step': start.step}
   if early is not None and early.raised:
     ckpt.close()
     what = 'interrupted' if early.signum == signal.SIGINT else 'preempted'
     raise Preempted(f'{what} before the first step: nothing to save; run the same command '
                     'to start', early.signum)
-  run_start = time.time()
 
+  run_start = time.time()
+  state, last = _loop(config, plan, steps, start, data, ckpt, writer, early)
+  ckpt.wait()
+  ckpt.close()
+  writer.close()
+  last['step'] = config.total_steps
+  if is_chief:
+    examples = _fill_mask_examples(config, steps.model, state.params, data.tokenizer, mesh,
+                                   plan.axis_rules) if jax.process_count() == 1 else []
+    write_summary(workdir, last, examples, train_seconds=time.time() - run_start)
+  return last
+
+
+def _loop(config, plan: Plan, steps: _Steps, start: _Start, data: PretrainData, ckpt,
+          writer, early) -> tuple[Any, dict]:
+  """Trains from `start` to config.total_steps: logs, evaluates, saves on schedule and at
+  a preemption; stops on a non-finite streak or a failed write. Returns (state, the last
+  metrics).
+
+  Longer than the house's ~80 lines on purpose: its helpers (save, check_streak, stop)
+  are closures over the state, the non-finite streak, the checkpointer and the metric
+  writer, which the loop updates step by step; as separate functions they would pass that
+  state back and forth at every step.
+  """
+  mesh, d = plan.mesh, config.data
+  compiled, eval_fn = steps.compiled, steps.eval_fn
+  state, start_step = start.state, start.step
   batches = prefetch(data.train.batches(start_step))
   tokens_per_step = d.batch_size * d.seq_len
-  meta = {'model': model_cfg.to_dict(), 'vocab_size': data.tokenizer.vocab_size,
+  meta = {'model': plan.model_cfg.to_dict(), 'vocab_size': data.tokenizer.vocab_size,
           'seed': config.seed, 'batch_size': d.batch_size, 'data': data_identity(config)}
   last = {}
   signals = (contextlib.nullcontext(early) if early is not None
              else _SignalFlag(enabled=jax.process_count() == 1))
-  with jax.set_mesh(mesh), nn.logical_axis_rules(axis_rules), signals as sigterm:
+  with jax.set_mesh(mesh), nn.logical_axis_rules(plan.axis_rules), signals as sigterm:
     first = sharding.global_batch(next(batches), mesh)
-    history = list(pending_metrics)
+    history = list(start.pending_metrics)
     interval_start, interval_steps = time.time(), 0
     batch = first
     # Consecutive non-finite (skipped) steps. Each step's flag is read once the next step
@@ -503,15 +557,7 @@ def _train(config, workdir: str, plan: Plan, *, early=None) -> dict:
                       f'non-finite loss, gradient or update: the final state was not saved, '
                       f'and {kept()}. Lower optim.lr (or check the data), then run again to '
                       'resume'))
-  ckpt.wait()
-  ckpt.close()
-  writer.close()
-  last['step'] = config.total_steps
-  if is_chief:
-    examples = _fill_mask_examples(config, model, state.params, data.tokenizer, mesh,
-                                   axis_rules) if jax.process_count() == 1 else []
-    write_summary(workdir, last, examples, train_seconds=time.time() - run_start)
-  return last
+  return state, last
 
 
 def _fill_mask_examples(config, model, params, tokenizer, mesh, axis_rules) -> list[dict]:

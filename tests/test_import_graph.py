@@ -3,11 +3,13 @@ its lab (issue #45), and dependencies sit at the top of each file (issue #45).
 
 Every import of a sharedbert module counts: at the top of a file and inside a function
 (a function-level import hides a cycle from Python but not from the reader). The graph
-is read from the source with ast; nothing is imported.
+is read from the source with ast (one test imports the package, in its own process).
 """
 
 import ast
 import os
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = 'sharedbert'
@@ -131,9 +133,8 @@ def test_no_core_module_imports_the_lab():
 # Imported where used, so that a command that does not need them does not load them:
 # heavy (TensorFlow and tfds load for seconds), or optional (torch, transformers).
 LAZY_MODULES = ('tensorflow', 'tensorflow_datasets', 'matplotlib', 'torch', 'transformers')
-# cli.py loads a subcommand's module only when it runs; the package's
-# __init__ offers `sharedbert.restore` without loading JAX for `import sharedbert`.
-LAZY_FILES = {'sharedbert/cli.py', 'sharedbert/__init__.py'}
+# cli.py loads a subcommand's module only when it runs.
+LAZY_FILES = {'sharedbert/cli.py'}
 
 
 def function_local_imports(source: str, name: str = '<source>') -> list[str]:
@@ -210,3 +211,17 @@ def test_the_librarys_public_functions_and_classes_have_docstrings():
       continue
     found += [f'{module}.{n}' for n in undocumented(importlib.import_module(module))]
   assert found == [], f'{len(found)} without a docstring:\n' + '\n'.join(found)
+
+
+def test_import_sharedbert_is_light_and_names_the_import_a_notebook_needs():
+  # A fresh interpreter: `import sharedbert` loads neither JAX nor TensorFlow, and
+  # `sharedbert.restore` before its import says which line is missing.
+  code = ('import sys, sharedbert\n'
+          'assert "jax" not in sys.modules and "tensorflow" not in sys.modules\n'
+          'try:\n  sharedbert.restore\nexcept AttributeError as e:\n  print(e)\n'
+          'import sharedbert.restore\n'
+          'print(callable(sharedbert.restore), sharedbert.restore.restore.__name__)\n')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                       cwd=ROOT, check=True).stdout.splitlines()
+  assert out == ['sharedbert.restore is not imported yet: add `import sharedbert.restore` '
+                 '(it loads JAX)', 'True restore']

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-import sharedbert
+import sharedbert.restore
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
 from sharedbert import pretrain_step
