@@ -330,7 +330,7 @@ def _compile_steps(config, plan: Plan) -> _Steps:
 def _initial_state(config, workdir: str, plan: Plan, steps: _Steps) -> _Start:
   """The latest good checkpoint of `workdir` restored onto the mesh (from either layer
   layout), or a new state. Only reads: the damaged steps it skips are moved aside by the
-  caller once the vocabulary is ready, and an old run that the plan sets aside is not read."""
+  caller once the data is open, and an old run that the plan sets aside is not read."""
   d = config.data
   directory = checkpoint_lib.checkpoint_dir(workdir)
   if not plan.set_aside_old_run and tf.io.gfile.exists(directory):
@@ -361,9 +361,8 @@ def _initial_state(config, workdir: str, plan: Plan, steps: _Steps) -> _Start:
 
 def _open_data(config, workdir: str, plan: Plan, is_chief: bool) -> PretrainData:
   """The workdir made (an incompatible old run set aside when the plan says so), the
-  vocabulary learned or reused, the pipelines opened, and config.json written. The
-  vocabulary comes before any checkpoint is touched: a corpus it cannot be learned from is
-  refused with the checkpoints as they were."""
+  vocabulary learned or reused, the pipelines opened, and config.json written. It comes
+  before any checkpoint is touched, so a refusal here leaves the checkpoints as they were."""
   tf.io.gfile.makedirs(workdir)
   if plan.set_aside_old_run and is_chief:
     _set_aside_old_run(workdir)
