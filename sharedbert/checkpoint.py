@@ -42,6 +42,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from sharedbert import errors
 from sharedbert.errors import UserError
 
 CHECKPOINT_DIR = 'checkpoints'
@@ -96,8 +97,7 @@ def checkpoint_dir(workdir: str) -> str:
   return workdir.rstrip('/') + '/' + CHECKPOINT_DIR
 
 
-class WriteFailed(UserError):
-  """A checkpoint, metrics or summary file could not be written."""
+WriteFailed = errors.WriteFailed  # Defined beside UserError, for the entry point.
 
 
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM, errno.EIO)
@@ -135,10 +135,7 @@ def _size_text(n: float) -> str:
   return f'{n / 2**20:.1f} MiB' if n < 2**30 else f'{n / 2**30:.2f} GiB'
 
 
-class Unrestorable(UserError):
-  """No step of the workdir restores. Tensorstore's readers of the damaged steps may still
-  hold coroutines; a normal interpreter exit prints thousands of lines about them, so the
-  command exits at once after its one line (sharedbert.main)."""
+Unrestorable = errors.Unrestorable  # Defined beside UserError, for the entry point.
 
 
 class DamagedCheckpoint(Exception):

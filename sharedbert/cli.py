@@ -9,6 +9,7 @@ would otherwise end in a traceback. `flags_parser(program, module)` is the
 from __future__ import annotations
 
 import difflib
+import importlib
 import logging as logging_std
 import os
 import sys
@@ -181,6 +182,38 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
       print(f'{program}: error: {message}', file=sys.stderr)
       sys.exit(USER_ERROR_EXIT_CODE)
   return parse
+
+
+# config.mode -> (module, function(config, workdir)): loaded by name, as the subcommands are,
+# since the dispatch sits above every module it loads (the study imports this module).
+MODES = {
+    'pretrain': ('sharedbert.train', 'train_and_evaluate'),
+    'finetune': ('sharedbert.tasks.finetune', 'finetune_and_evaluate'),
+    'study': ('sharedbert.lab.study', 'run_study'),
+}
+
+
+def load_run(config) -> Callable[[str], object]:
+  """The run of a parsed --config, by config.mode (pretraining, fine-tuning or the study):
+  its module is loaded now, so that `python -m sharedbert.main` says a flag or config
+  mistake before JAX and TensorFlow load (seconds). Returns run(workdir) -> what the mode's
+  function returns; it joins the other processes of a multi-process launch first."""
+  import tensorflow as tf
+  from sharedbert import distributed
+  mode = config.get('mode', 'pretrain')
+  if mode not in MODES:
+    raise UserError(f'unknown config.mode {mode!r}')
+  module, function = MODES[mode]
+  start = getattr(importlib.import_module(module), function)
+
+  def run(workdir: str):
+    distributed.initialize()
+    # TensorFlow only feeds data: keep it off the accelerators JAX uses.
+    tf.config.set_visible_devices([], 'GPU')
+    if tf.config.list_physical_devices('TPU'):
+      tf.config.set_visible_devices([], 'TPU')
+    return start(config, workdir)
+  return run
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import sys
 from sharedbert import interrupts
 
 USER_ERROR_EXIT_CODE = 2
+DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
 WRITE_FAILED_EXIT_CODE = 4  # A file could not be written: a full disk, a quota, read-only.
 # The OS errors of a write that cannot succeed, whatever library reports them.
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -22,6 +23,25 @@ _WRITE_WORDS = ('No space left on device', 'Disk quota exceeded', 'Read-only fil
 
 class UserError(Exception):
   """A problem with the user's input, explained in one line."""
+
+
+# Kinds of UserError that the command line turns into their own exit codes (sharedbert.main).
+# They live here, beside UserError, so that the entry point can name them without loading
+# the modules that raise them (JAX, TensorFlow, orbax: seconds).
+
+class WriteFailed(UserError):
+  """A checkpoint, metrics or summary file could not be written (sharedbert.checkpoint)."""
+
+
+class Unrestorable(UserError):
+  """No step of the workdir restores (sharedbert.checkpoint). Tensorstore's readers of the
+  damaged steps may still hold coroutines; a normal interpreter exit prints thousands of
+  lines about them, so the command exits at once after its one line (sharedbert.main)."""
+
+
+class Diverged(UserError):
+  """optim.max_skipped_steps consecutive steps had a non-finite loss or gradient
+  (sharedbert.train)."""
 
 
 def write_failure(error: BaseException) -> str | None:

@@ -30,27 +30,17 @@ if __name__ == '__main__':  # First: a Ctrl-C while the imports below load is on
   from sharedbert import interrupts as _interrupts
   _interrupts.quit_at_once('sharedbert')
 
-import glob
-import importlib.util
-import os
 import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 from ml_collections import config_flags
-import jax
 
 from sharedbert import cli
 from sharedbert import errors
 from sharedbert import interrupts
-from sharedbert.errors import USER_ERROR_EXIT_CODE, UserError
-from sharedbert import checkpoint as checkpoint_lib
-from sharedbert import train
-from sharedbert.lab import study
-from sharedbert.tasks import finetune
-
-WRITE_FAILED_EXIT_CODE = 4
+from sharedbert.errors import (DIVERGED_EXIT_CODE, USER_ERROR_EXIT_CODE,
+                               WRITE_FAILED_EXIT_CODE, UserError)
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (see configs/).',
@@ -58,90 +48,6 @@ config_flags.DEFINE_config_file('config', None, 'Experiment config file (see con
 flags.DEFINE_string('workdir', None, 'Directory for everything this run writes.')
 flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 flags.mark_flags_as_required(['config', 'workdir'])
-
-
-def distributed_args(environ) -> dict | None:
-  """The arguments of `jax.distributed.initialize` for this launch, or None for one process.
-
-  In order: SHAREDBERT_DISTRIBUTED=0 turns it off; JAX_COORDINATOR_ADDRESS with
-  JAX_NUM_PROCESSES and JAX_PROCESS_ID set everything explicitly (launch/local_multihost.sh,
-  or any launcher); inside an srun step of several tasks the count and rank come from
-  SLURM (and the coordinator from JAX_COORDINATOR_ADDRESS when the sbatch script sets it);
-  on a Cloud TPU VM (libtpu and /dev/accel* or /dev/vfio present), on GKE TPU slices
-  (TPU_WORKER_HOSTNAMES), or with SHAREDBERT_DISTRIBUTED=1, JAX detects the rest itself.
-  """
-  mode = environ.get('SHAREDBERT_DISTRIBUTED', 'auto')
-  if mode == '0':
-    return None
-  coordinator = environ.get('JAX_COORDINATOR_ADDRESS') or None
-  if 'JAX_NUM_PROCESSES' in environ or 'JAX_PROCESS_ID' in environ:
-    missing = [v for v in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID')
-               if not environ.get(v)]
-    if missing:
-      raise UserError(f'multi-process launch: {", ".join(missing)} not set; set all of '
-                      'JAX_COORDINATOR_ADDRESS (host:port), JAX_NUM_PROCESSES and JAX_PROCESS_ID')
-    try:
-      num_processes, process_id = int(environ['JAX_NUM_PROCESSES']), int(environ['JAX_PROCESS_ID'])
-    except ValueError as e:
-      raise UserError(f'JAX_NUM_PROCESSES and JAX_PROCESS_ID must be integers ({e})') from e
-    if num_processes == 1:
-      return None
-    # Everything is given: no cluster detection (it would trust SLURM or MPI variables).
-    return dict(coordinator_address=coordinator, num_processes=num_processes,
-                process_id=process_id, cluster_detection_method='deactivate')
-  # srun sets SLURM_STEP_NUM_TASKS; a batch script (one process, no srun) does not.
-  slurm_tasks = environ.get('SLURM_STEP_NUM_TASKS')
-  if slurm_tasks and 'SLURM_PROCID' in environ:
-    if int(slurm_tasks) == 1:
-      return None
-    # One process per task; JAX makes GPU number SLURM_LOCALID this process's device.
-    return dict(coordinator_address=coordinator, num_processes=int(slurm_tasks),
-                process_id=int(environ['SLURM_PROCID']))
-  on_tpu_vm = importlib.util.find_spec('libtpu') is not None and bool(
-      glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*'))
-  if mode == '1' or on_tpu_vm or 'TPU_WORKER_HOSTNAMES' in environ:
-    return dict(coordinator_address=coordinator)
-  return None
-
-
-def _init_distributed():
-  """Joins the other processes when launched on a pod or a cluster (see launch/).
-
-  Only process 0 logs at INFO; the others keep warnings and errors.
-  """
-  args = distributed_args(os.environ)
-  if args is None:
-    return
-  # CPU processes (launch/local_multihost.sh) exchange their collectives through gloo.
-  jax.config.update('jax_cpu_collectives_implementation',
-                    os.environ.get('JAX_CPU_COLLECTIVES_IMPLEMENTATION', 'gloo'))
-  try:
-    jax.distributed.initialize(**args)
-  except ValueError as e:  # JAX could not work out the coordinator, count or rank.
-    raise UserError(f'could not start the multi-process run ({str(e).splitlines()[0]}); set '
-                    'JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES and JAX_PROCESS_ID, '
-                    'or SHAREDBERT_DISTRIBUTED=0 for a single process') from e
-  if jax.process_index() != 0:
-    logging.set_verbosity(logging.WARNING)
-  logging.info('Process %d of %d; %d local devices of %d', jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count())
-
-
-def run(config, workdir: str) -> dict:
-  """Runs `config` (by config.mode: pretraining, fine-tuning or the study) in `workdir`;
-  returns its last metrics."""
-  import tensorflow as tf
-  # TensorFlow only feeds data: keep it off the accelerators JAX uses.
-  tf.config.set_visible_devices([], 'GPU')
-  tf.config.set_visible_devices([], 'TPU') if tf.config.list_physical_devices('TPU') else None
-  mode = config.get('mode', 'pretrain')
-  if mode == 'pretrain':
-    return train.train_and_evaluate(config, workdir)
-  if mode == 'finetune':
-    return finetune.finetune_and_evaluate(config, workdir)
-  if mode == 'study':
-    return {'report': study.run_study(config, workdir)}
-  raise UserError(f'unknown config.mode {mode!r}')
 
 
 def _quiet_closed_event_loops(hook):
@@ -162,10 +68,12 @@ def main(argv):
   if not FLAGS.verbose:
     sys.excepthook = _quiet_closed_event_loops(sys.excepthook)
   try:
+    # JAX, TensorFlow and the run's modules load here, once the flags are known to be
+    # good, and before the run's signal handling: a Ctrl-C while they load quits at once.
+    run = cli.load_run(FLAGS.config)
     with interrupts.stop_on_signals():
-      _init_distributed()
-      run(FLAGS.config, FLAGS.workdir)
-  except checkpoint_lib.WriteFailed as e:
+      run(FLAGS.workdir)
+  except errors.WriteFailed as e:
     if FLAGS.verbose:
       raise
     # Orbax's writer threads may still hold the failed save; a normal interpreter exit
@@ -174,8 +82,8 @@ def main(argv):
   except UserError as e:
     if FLAGS.verbose:
       raise
-    code = train.DIVERGED_EXIT_CODE if isinstance(e, train.Diverged) else USER_ERROR_EXIT_CODE
-    if isinstance(e, checkpoint_lib.Unrestorable):
+    code = DIVERGED_EXIT_CODE if isinstance(e, errors.Diverged) else USER_ERROR_EXIT_CODE
+    if isinstance(e, errors.Unrestorable):
       # Nothing was written; skip the interpreter's teardown of tensorstore's readers.
       errors.exit_now(f'sharedbert: error: {e}', code)
     print(f'sharedbert: error: {e}', file=sys.stderr)

@@ -37,6 +37,7 @@ from sharedbert.utils import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
+from sharedbert import errors
 from sharedbert.errors import UserError
 from sharedbert.utils.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
@@ -57,7 +58,7 @@ _sync = workdir_lib.sync
 
 PREEMPTED_EXIT_CODE = interrupts.PREEMPTED_EXIT_CODE      # SIGTERM: a scheduler may restart.
 INTERRUPTED_EXIT_CODE = interrupts.INTERRUPTED_EXIT_CODE  # Ctrl-C, saved like a preemption.
-DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
+DIVERGED_EXIT_CODE = errors.DIVERGED_EXIT_CODE  # Non-finite steps: restarting will not help.
 
 
 class Preempted(interrupts.Stopped):
@@ -65,8 +66,7 @@ class Preempted(interrupts.Stopped):
   saved; `signum` says which."""
 
 
-class Diverged(UserError):
-  """optim.max_skipped_steps consecutive steps had a non-finite loss or gradient."""
+Diverged = errors.Diverged  # Defined beside UserError, for the entry point.
 
 
 # ---------------------------------------------------------------------------------------

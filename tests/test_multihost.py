@@ -19,7 +19,7 @@ import pytest
 
 import sharedbert.restore
 from sharedbert.errors import UserError
-from sharedbert.main import distributed_args
+from sharedbert.distributed import distributed_args
 from test_sharding import assert_params_close, tiny_flags, write_corpus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
