@@ -226,3 +226,20 @@ def test_import_sharedbert_is_light_and_names_the_import_a_notebook_needs():
   # Once imported, the module is the function (restore.py makes it callable).
   import sharedbert.restore
   assert callable(sharedbert.restore) and sharedbert.restore.restore.__name__ == 'restore'
+
+
+def test_the_entry_point_refuses_a_config_typo_before_jax_and_tensorflow_load():
+  # `python -m sharedbert.main` loads the run's modules only once the flags are good
+  # (cli.load_run): a typo is one line in about a second, not after TensorFlow's import.
+  code = ('import sys\n'
+          'from sharedbert import main\n'
+          'sys.argv = ["sharedbert", "--config=configs/shared_base.py:tiny",\n'
+          '            "--config.colour=red", "--workdir=/tmp/unused"]\n'
+          'try:\n'
+          '  main.parse_flags(sys.argv)\n'
+          'except SystemExit as e:\n'
+          '  print(e.code, "jax" in sys.modules, "tensorflow" in sys.modules)\n')
+  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                        cwd=ROOT, check=True)
+  assert done.stdout.split() == ['2', 'False', 'False'], done.stderr[-2000:]
+  assert 'unknown config key config.colour' in done.stderr
