@@ -71,8 +71,7 @@ def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False
     if verbose:
       raise
     print(f'{program}: error: {e}', file=sys.stderr)
-    sys.exit(WRITE_FAILED_EXIT_CODE if type(e).__name__ == 'WriteFailed'
-             else USER_ERROR_EXIT_CODE)
+    sys.exit(WRITE_FAILED_EXIT_CODE if isinstance(e, WriteFailed) else USER_ERROR_EXIT_CODE)
   except interrupts.Stopped as e:
     exit_now(f'{program}: {e}', e.exit_code)
   except KeyboardInterrupt:  # A command with no loop to stop at, or a second Ctrl-C.
