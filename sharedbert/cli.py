@@ -191,6 +191,13 @@ MODES = {
     'finetune': ('sharedbert.tasks.finetune', 'finetune_and_evaluate'),
     'study': ('sharedbert.lab.study', 'run_study'),
 }
+# config.mode -> the checks of its values (sharedbert/config/checks.py), run before
+# TensorFlow and the mode's module load: a value out of range is said in about 3 s (JAX's
+# import) instead of about 12. The mode's function runs them again, for notebooks.
+MODE_CHECKS = {
+    'pretrain': 'pretrain',
+    'finetune': 'finetune',
+}
 
 
 def load_run(config) -> Callable[[str], object]:
@@ -198,11 +205,14 @@ def load_run(config) -> Callable[[str], object]:
   its module is loaded now, so that `python -m sharedbert.main` says a flag or config
   mistake before JAX and TensorFlow load (seconds). Returns run(workdir) -> what the mode's
   function returns; it joins the other processes of a multi-process launch first."""
-  import tensorflow as tf
-  from sharedbert import distributed
   mode = config.get('mode', 'pretrain')
   if mode not in MODES:
     raise UserError(f'unknown config.mode {mode!r}')
+  if mode in MODE_CHECKS:
+    from sharedbert.config import checks
+    getattr(checks, MODE_CHECKS[mode])(config)
+  import tensorflow as tf
+  from sharedbert import distributed
   module, function = MODES[mode]
   start = getattr(importlib.import_module(module), function)
 

@@ -243,3 +243,28 @@ def test_the_entry_point_refuses_a_config_typo_before_jax_and_tensorflow_load():
                         cwd=ROOT, check=True)
   assert done.stdout.split() == ['2', 'False', 'False'], done.stderr[-2000:]
   assert 'unknown config key config.colour' in done.stderr
+
+
+def test_the_entry_point_checks_config_values_before_tensorflow_loads():
+  # cli.load_run runs the mode's config checks (config/checks.py) before TensorFlow and the
+  # mode's module load: a value out of range is one line after JAX's import alone.
+  code = ('import sys, importlib.util\n'
+          'from sharedbert import cli\n'
+          'from sharedbert.errors import UserError\n'
+          'def config(path, arg=None):\n'
+          '  spec = importlib.util.spec_from_file_location("c", path)\n'
+          '  module = importlib.util.module_from_spec(spec)\n'
+          '  spec.loader.exec_module(module)\n'
+          '  return module.get_config(arg)\n'
+          'pretrain = config("configs/shared_base.py", "tiny")\n'
+          'pretrain.ckpt.max_to_keep = 0\n'
+          'finetune = config("configs/glue.py")\n'
+          'for c in (pretrain, finetune):\n'
+          '  try:\n'
+          '    cli.load_run(c)\n'
+          '  except UserError as e:\n'
+          '    print(str(e).split()[0], "tensorflow" in sys.modules)\n')
+  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                        cwd=ROOT, check=True)
+  assert done.stdout.split() == ['ckpt.max_to_keep', 'False', 'config.init_from', 'False'], (
+      done.stdout + done.stderr[-2000:])

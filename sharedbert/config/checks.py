@@ -1,6 +1,6 @@
 """The checks of a whole config, before a command writes anything: one function per
-kind, `pretrain` (sharedbert.main, mode 'pretrain') and `glue` (mode 'finetune',
-configs/glue.py); the study's (configs/study.py) is sharedbert.lab.study_plan.check_config,
+kind, `pretrain` (sharedbert.main, mode 'pretrain') and `finetune` (mode 'finetune',
+configs/glue.py; `glue` is its values without the pretrained run); the study's (configs/study.py) is sharedbert.lab.study_plan.check_config,
 which runs these on every config the study makes. Each key's range is
 in sharedbert/config/validation.py's tables; here, how the keys fit together.
 """
@@ -46,6 +46,14 @@ def _check_axis_rules(mesh_cfg):
   if not isinstance(rules, (tuple, list)) or not all(
       isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], str) for r in rules):
     raise UserError(f'mesh.logical_axis_rules must be (name, mesh axes) pairs, got {rules!r}')
+
+
+def finetune(config) -> None:
+  """A fine-tuning command's config: the pretrained run it starts from, and `glue`."""
+  if not config.init_from:
+    raise UserError('config.init_from is empty: set --config.init_from to the --workdir of a '
+                    'pretraining run (it holds config.json, vocab.model and checkpoints/)')
+  glue(config)
 
 
 def glue(config) -> None:

@@ -62,10 +62,7 @@ from sharedbert.tasks.glue_task import (  # noqa: F401
 
 def validate(config):
   """The range of every key (sharedbert/config/validation.py); no file is read."""
-  if not config.init_from:
-    raise UserError('config.init_from is empty: set --config.init_from to the --workdir of a '
-                    'pretraining run (it holds config.json, vocab.model and checkpoints/)')
-  config_checks.glue(config)
+  config_checks.finetune(config)
 
 
 # ---------------------------------------------------------------------------------------
