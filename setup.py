@@ -32,7 +32,7 @@ setup(
         'safetensors>=0.4,<1',  # Hugging Face checkpoints (sharedbert.convert.hf); numpy API only.
     ],
     extras_require={
-        'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', 'scikit-learn>=1.4,<2',
+        'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4',
                  'safetensors>=0.4,<1'],
         'tpu': ['jax[tpu]>=0.7,<0.13'],
         'cuda': ['jax[cuda12]>=0.7,<0.13'],
