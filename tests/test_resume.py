@@ -57,11 +57,9 @@ def setup(tmp_path_factory):
   root = tmp_path_factory.mktemp('resume')
   corpus = root / 'corpus.txt'
   write_corpus(corpus)
-  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2',
-             PYTHONPATH=str(REPO),
-             # Runs after the first load their compiled steps instead of compiling again.
-             JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.getbasetemp() / 'jax_cache'),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
+  # The suite's compilation cache comes with os.environ (conftest.py): runs after the first
+  # load their compiled steps instead of compiling again.
+  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=str(REPO))
   return root, corpus, env
 
 
