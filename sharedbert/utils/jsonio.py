@@ -1,14 +1,16 @@
 """Atomic file writes for every result a run leaves, local or remote (gs://).
 
 A file is written to a temporary name beside it and renamed, so that a reader or a
-resumed run never sees half of it; tf.io.gfile, so that any workdir tf can open works.
+resumed run never sees half of it; tf.io.gfile, so that any workdir tf can open works
+(loaded on first use: a command that refuses its flags never imports TensorFlow).
 """
 
 import json
 import os
 
 import numpy as np
-import tensorflow as tf
+
+from sharedbert.utils.paths import gfile
 
 
 def json_default(x):
@@ -27,11 +29,11 @@ def write_text(path: str, text) -> None:
   path = os.fspath(path)
   folder = os.path.dirname(path)
   if folder:
-    tf.io.gfile.makedirs(folder)
+    gfile().makedirs(folder)
   tmp = f'{path}.tmp{os.getpid()}'
-  with tf.io.gfile.GFile(tmp, 'wb' if isinstance(text, bytes) else 'w') as f:
+  with gfile().GFile(tmp, 'wb' if isinstance(text, bytes) else 'w') as f:
     f.write(text)
-  tf.io.gfile.rename(tmp, path, overwrite=True)
+  gfile().rename(tmp, path, overwrite=True)
 
 
 def write_json(path: str, obj, *, indent: int = 1, sort_keys: bool = False) -> None:
@@ -42,17 +44,17 @@ def write_json(path: str, obj, *, indent: int = 1, sort_keys: bool = False) -> N
 
 def read_json(path: str):
   """The JSON value in `path` (local or gs://)."""
-  with tf.io.gfile.GFile(os.fspath(path)) as f:
+  with gfile().GFile(os.fspath(path)) as f:
     return json.load(f)
 
 
 def read_jsonl(path: str) -> list:
   """The records of a JSON-lines file ([] when there is none); a line cut by a kill in
   mid-write is skipped."""
-  if not tf.io.gfile.exists(path):
+  if not gfile().exists(path):
     return []
   out = []
-  with tf.io.gfile.GFile(path) as f:
+  with gfile().GFile(path) as f:
     for line in f:
       line = line.strip()
       if line:
@@ -65,4 +67,4 @@ def read_jsonl(path: str) -> list:
 
 def exists(path: str) -> bool:
   """Whether `path` exists (local or gs://)."""
-  return tf.io.gfile.exists(os.fspath(path))
+  return gfile().exists(os.fspath(path))
