@@ -8,10 +8,10 @@ traceback.
 
 import contextlib
 import errno
-import os
 import sys
 
 from sharedbert import interrupts
+from sharedbert.interrupts import exit_now  # noqa: F401  Here too: every exit path is here.
 
 USER_ERROR_EXIT_CODE = 2
 DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
@@ -64,8 +64,11 @@ def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False
   pretraining (the command removes its own temporary files before the error reaches here),
   and Ctrl-C into one line and exit 130: for a command that `trains`, a stop at the next
   step boundary (SIGTERM too: exit 143; sharedbert.interrupts), else at once."""
+  stopped = (f'{program}: stopped by Ctrl-C; finished work is kept; run the same command '
+             'again to go on')
   try:
-    with interrupts.stop_on_signals() if trains else interrupts.interrupt_at_once():
+    with (interrupts.stop_on_signals(stopped) if trains else
+          interrupts.interrupt_at_once(stopped)):
       yield
   except UserError as e:
     if verbose:
@@ -75,8 +78,7 @@ def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False
   except interrupts.Stopped as e:
     exit_now(f'{program}: {e}', e.exit_code)
   except KeyboardInterrupt:  # A command with no loop to stop at, or a second Ctrl-C.
-    exit_now(f'{program}: stopped by Ctrl-C; finished work is kept; run the same command '
-              'again to go on', interrupts.INTERRUPTED_EXIT_CODE)
+    exit_now(stopped, interrupts.INTERRUPTED_EXIT_CODE)
   except Exception as e:  # pylint: disable=broad-except
     reason = write_failure(e)
     if verbose or reason is None:
@@ -93,11 +95,3 @@ def refused_write_line(program: str, reason: str) -> str:
           'permissions), then run the same command again')
 
 
-def exit_now(line: str, code: int):
-  """Prints `line` and exits with `code` without the interpreter's teardown: writer or
-  compiler threads still running would print their own tracebacks (or crash) on the way
-  out; what the command keeps is on disk already."""
-  print(line, file=sys.stderr)
-  sys.stdout.flush()
-  sys.stderr.flush()
-  os._exit(code)

@@ -48,14 +48,45 @@ class Stopped(Exception):
     return INTERRUPTED_EXIT_CODE if self.signum == signal.SIGINT else PREEMPTED_EXIT_CODE
 
 
-def _handle(signum, frame):
-  del frame
-  if signum == signal.SIGINT and signal.SIGINT in _received:
-    raise KeyboardInterrupt  # The second Ctrl-C: the user does not want to wait.
-  if not _received:
-    logging.warning('%s received: stopping at the end of this step (Ctrl-C again stops at '
-                    'once)', signal_name(signum))
-  _received.append(signum)
+# Python drops an exception raised inside a garbage-collector or weakref callback ("Exception
+# ignored in: ..."): JAX runs one at every collection, so a Ctrl-C's KeyboardInterrupt can
+# land there and stop nothing (a benchmark compiling went on for minutes). Whoever raises
+# one for Ctrl-C also starts a timer: a process still alive this long after says its line
+# and exits 130 itself. The usual path (the command catches the KeyboardInterrupt and
+# exit_now) ends it well before.
+SWALLOWED_AFTER_S = 5.0
+
+
+def exit_now(line: str, code: int):
+  """Prints `line` and exits with `code` without the interpreter's teardown: writer or
+  compiler threads still running would print their own tracebacks (or crash) on the way
+  out; what the command keeps is on disk already."""
+  print(line, file=sys.stderr)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)
+
+
+def _keyboard_interrupt(line: str | None):
+  """Raises KeyboardInterrupt; with `line`, exits with it if nothing has a moment later."""
+  if line is not None:
+    timer = threading.Timer(SWALLOWED_AFTER_S, exit_now, (line, INTERRUPTED_EXIT_CODE))
+    timer.daemon = True
+    timer.start()
+  raise KeyboardInterrupt
+
+
+def _handler(second_ctrl_c_line: str | None):
+  def handle(signum, frame):
+    del frame
+    if signum == signal.SIGINT and signal.SIGINT in _received:
+      # The second Ctrl-C: the user does not want to wait.
+      _keyboard_interrupt(second_ctrl_c_line)
+    if not _received:
+      logging.warning('%s received: stopping at the end of this step (Ctrl-C again stops at '
+                      'once)', signal_name(signum))
+    _received.append(signum)
+  return handle
 
 
 def quit_at_once(program: str) -> None:
@@ -86,13 +117,15 @@ def flag_only() -> None:
 
 
 @contextlib.contextmanager
-def stop_on_signals():
+def stop_on_signals(second_ctrl_c_line: str | None = None):
   """Within: SIGINT and SIGTERM set the flag that check() reads (main thread only; in any
-  other thread, e.g. some notebook runners, Python keeps its own handling)."""
+  other thread, e.g. some notebook runners, Python keeps its own handling). A second Ctrl-C
+  raises KeyboardInterrupt; a command that turns it into `second_ctrl_c_line` passes that
+  line, said and exit 130 if the exception is lost (SWALLOWED_AFTER_S)."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
-  previous = {s: signal.signal(s, _handle) for s in SIGNALS}
+  previous = {s: signal.signal(s, _handler(second_ctrl_c_line)) for s in SIGNALS}
   _received.clear()
   try:
     yield
@@ -102,13 +135,15 @@ def stop_on_signals():
 
 
 @contextlib.contextmanager
-def interrupt_at_once():
-  """Within: Ctrl-C raises KeyboardInterrupt where it lands (Python's own handling), for a
-  command with no training loop to stop at (benchmarks, conversions, reports)."""
+def interrupt_at_once(line: str | None = None):
+  """Within: Ctrl-C raises KeyboardInterrupt where it lands (as Python's own handler does),
+  for a command with no training loop to stop at (benchmarks, conversions, reports). A
+  command that turns it into `line` passes that line: said, and exit 130, if the exception
+  is lost (SWALLOWED_AFTER_S)."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: _keyboard_interrupt(line))
   try:
     yield
   finally:

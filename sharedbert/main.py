@@ -50,6 +50,10 @@ flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
+SECOND_CTRL_C = ('sharedbert: stopped by a second Ctrl-C; finished work is kept; run the '
+                 'same command again to go on')
+
+
 def _quiet_closed_event_loops(hook):
   """sys.excepthook without the 'Event loop is closed' errors that tensorstore's callbacks
   print (through PyErr_Print) when an orbax write fails and its event loop is gone: the
@@ -71,7 +75,7 @@ def main(argv):
     # JAX, TensorFlow and the run's modules load here, once the flags are known to be
     # good, and before the run's signal handling: a Ctrl-C while they load quits at once.
     run = cli.load_run(FLAGS.config)
-    with interrupts.stop_on_signals():
+    with interrupts.stop_on_signals(SECOND_CTRL_C):
       run(FLAGS.workdir)
   except errors.WriteFailed as e:
     if FLAGS.verbose:
@@ -99,8 +103,7 @@ def main(argv):
       raise
     errors.exit_now(errors.refused_write_line('sharedbert', reason), WRITE_FAILED_EXIT_CODE)
   except KeyboardInterrupt:  # A second Ctrl-C: at once, whatever was running.
-    errors.exit_now('sharedbert: stopped by a second Ctrl-C; finished work is kept; run the '
-                    'same command again to go on', interrupts.INTERRUPTED_EXIT_CODE)
+    errors.exit_now(SECOND_CTRL_C, interrupts.INTERRUPTED_EXIT_CODE)
 
 
 # Flag and config mistakes: one line and exit 2, before main() runs (sharedbert/cli.py).

@@ -41,9 +41,24 @@ def glue_command(untrained, glue_dir, workdir, *extra):
           f'--config.data.glue_dir={glue_dir}', f'--workdir={workdir}', *extra]
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+  yield
+  while _STARTED:  # A failed test leaves no command running on (it took a core for minutes).
+    proc = _STARTED.pop()
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+
+
 def start(cmd, log):
-  return subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=open(log, 'w'),
+  proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=open(log, 'w'),
                           stderr=subprocess.STDOUT)
+  _STARTED.append(proc)
+  return proc
 
 
 def wait_for(text, proc, log, timeout=TIMEOUT):
@@ -115,6 +130,42 @@ WORKERS = textwrap.dedent('''
         workers.run_all([1, 600, 600], job, lambda n: (n,), workers=2,
                         on_done=lambda n, r: print('done', r, flush=True))
 ''')
+
+
+# A Ctrl-C whose KeyboardInterrupt lands in a finalizer, where Python prints "Exception
+# ignored" and goes on (as in JAX's garbage-collector callback, where it let a benchmark run
+# on for minutes): the command still stops, with its line and exit 130.
+SWALLOWED = textwrap.dedent('''
+    import os, signal, sys, time
+    from sharedbert.errors import one_line_errors
+
+    class Finalizer:
+      def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)  # Handled here, inside __del__.
+
+    with one_line_errors('toy', trains=sys.argv[1] == 'trains'):
+      if sys.argv[1] == 'trains':
+        os.kill(os.getpid(), signal.SIGINT)  # The first: a flag, read at a step boundary.
+      finalizer = Finalizer()
+      del finalizer
+      print('went on', flush=True)
+      time.sleep(60)  # A long compilation.
+      print('finished', flush=True)
+''')
+
+
+@pytest.mark.parametrize('kind', ['at_once', 'trains'])
+def test_a_ctrl_c_lost_in_a_finalizer_still_stops_the_command(tmp_path, kind):
+  script = tmp_path / 'toy.py'
+  script.write_text(SWALLOWED)
+  started = time.time()
+  done = subprocess.run([sys.executable, str(script), kind], cwd=REPO, env=ENV,
+                        capture_output=True, text=True, timeout=TIMEOUT)
+  assert done.returncode == 130, done.stderr[-3000:]
+  assert 'Exception ignored' in done.stderr and 'went on' in done.stdout  # It was lost.
+  assert 'finished' not in done.stdout and time.time() - started < 40
+  assert done.stderr.strip().splitlines()[-1] == (
+      'toy: stopped by Ctrl-C; finished work is kept; run the same command again to go on')
 
 
 def test_ctrl_c_to_the_parent_alone_reaches_its_workers(tmp_path):
