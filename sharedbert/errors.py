@@ -11,7 +11,7 @@ import errno
 import sys
 
 from sharedbert import interrupts
-from sharedbert.interrupts import exit_now  # noqa: F401  Here too: every exit path is here.
+from sharedbert.interrupts import exit_now  # noqa: F401 (sharedbert.main exits through it)
 
 USER_ERROR_EXIT_CODE = 2
 DIVERGED_EXIT_CODE = 3     # Too many non-finite steps in a row: restarting will not help.
