@@ -205,7 +205,9 @@ def render(config, summary: dict, figures: tuple[str, ...] = (HORIZON_PNG, CURVE
         f'same training FLOPs; FLOP ratio {e["flops_ratio"]:.3f}): {_interval(e)} nats, '
         f'{len(e["seeds"])} seeds. Measured wall-clock per step (median, two runs at a time, one '
         f'core each): {v} {_num(e["step_time_variant_s"], 4)} s, standard '
-        f'{_num(e["step_time_standard_s"], 4)} s.')
+        f'{_num(e["step_time_standard_s"], 4)} s, as the runs ran: a run that shared its '
+        'machine with other work reads slow, so compare these only where RUN_NOTES.md says '
+        'the machine was the study\'s alone, or gives a side-by-side measurement.')
   if not summary['equal_flops']:
     lines.append('Not finished (or not in this preset).')
   lines += ['', '## What this design can call equivalent', '',
