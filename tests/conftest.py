@@ -33,18 +33,3 @@ import jax  # noqa: E402
 jax.config.update('jax_num_cpu_devices', 8)
 jax.config.update('jax_platforms', 'cpu')
 
-
-# The modules that hold the suite's longest tests (end-to-end commands of one to four
-# minutes), longest first: run before the rest, so that the two workers of `-n 2` end on
-# short tests instead of one waiting while the other finishes a long test it took last.
-# Only the order changes; a module's tests stay together (its module fixtures run once).
-LONGEST_FIRST = ('test_probe', 'test_resume', 'test_study_arms', 'test_recipe', 'test_uptrain',
-                 'test_train_e2e', 'test_multihost', 'test_study_long', 'test_write_failures',
-                 'test_engine_freeze', 'test_study', 'test_interrupts')
-
-
-def pytest_collection_modifyitems(items):
-  def rank(item):
-    module = item.nodeid.split('::')[0].rsplit('/', 1)[-1][:-len('.py')]
-    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
-  items.sort(key=rank)  # Stable: the collection order within a rank.
