@@ -213,14 +213,19 @@ def test_the_librarys_public_functions_and_classes_have_docstrings():
   assert found == [], f'{len(found)} without a docstring:\n' + '\n'.join(found)
 
 
+def fresh_python(code: str) -> subprocess.CompletedProcess:
+  """`code` run by a new interpreter in the repository root (nothing imported yet)."""
+  return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                        cwd=ROOT, check=True)
+
+
 def test_import_sharedbert_is_light_and_names_the_import_a_notebook_needs():
   # A fresh interpreter: `import sharedbert` loads neither JAX nor TensorFlow, and
   # `sharedbert.restore` before its import says which line is missing.
   code = ('import sys, sharedbert\n'
           'assert "jax" not in sys.modules and "tensorflow" not in sys.modules\n'
           'try:\n  sharedbert.restore\nexcept AttributeError as e:\n  print(e)\n')
-  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                       cwd=ROOT, check=True).stdout.splitlines()
+  out = fresh_python(code).stdout.splitlines()
   assert out == ['sharedbert.restore is not imported yet: add `import sharedbert.restore` '
                  '(it loads JAX)']
   # Once imported, the module is the function (restore.py makes it callable).
@@ -239,8 +244,7 @@ def test_the_entry_point_refuses_a_config_typo_before_jax_and_tensorflow_load():
           '  main.parse_flags(sys.argv)\n'
           'except SystemExit as e:\n'
           '  print(e.code, "jax" in sys.modules, "tensorflow" in sys.modules)\n')
-  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                        cwd=ROOT, check=True)
+  done = fresh_python(code)
   assert done.stdout.split() == ['2', 'False', 'False'], done.stderr[-2000:]
   assert 'unknown config key config.colour' in done.stderr
 
@@ -264,7 +268,6 @@ def test_the_entry_point_checks_config_values_before_tensorflow_loads():
           '    cli.load_run(c)\n'
           '  except UserError as e:\n'
           '    print(str(e).split()[0], "tensorflow" in sys.modules)\n')
-  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                        cwd=ROOT, check=True)
+  done = fresh_python(code)
   assert done.stdout.split() == ['ckpt.max_to_keep', 'False', 'config.init_from', 'False'], (
       done.stdout + done.stderr[-2000:])
