@@ -1,8 +1,9 @@
 """The checks of a whole config, before a command writes anything: one function per
 kind, `pretrain` (sharedbert.main, mode 'pretrain') and `finetune` (mode 'finetune',
-configs/glue.py; `glue` is its values without the pretrained run); the study's (configs/study.py) is sharedbert.lab.study_plan.check_config,
-which runs these on every config the study makes. Each key's range is
-in sharedbert/config/validation.py's tables; here, how the keys fit together.
+configs/glue.py; `glue` is its values without the pretrained run). The study's
+(configs/study.py) is sharedbert.lab.study_plan.check_config, which runs these on every
+config the study makes. Each key's range is in sharedbert/config/validation.py's tables;
+here, how the keys fit together.
 """
 
 from __future__ import annotations
