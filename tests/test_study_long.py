@@ -280,6 +280,24 @@ def test_device_script_runs_the_gpu_long_preset_and_refuses_without_a_gpu():
   assert out.returncode != 0 and 'no GPU visible' in out.stderr
 
 
+def test_the_factorial_names_the_costliest_change_only_once_all_are_in():
+  def summary(**deltas):
+    effects = {k: {'delta_nats': d, 'ci_low': d - 0.1, 'ci_high': d + 0.1}
+               for k, d in deltas.items()}
+    return {'factorial': {'steps': 2000, 'effects': effects, 'shared': {'delta_nats': 0.47}}}
+  # As at 58 runs of the cpu_long study: symmetric (tie_qk) not yet in.
+  text = study_long_report.factorial_sentence(summary(tie_kv=0.03, tie_qkv=0.91,
+                                                      diagonals=-0.44))
+  assert 'named once tie_qk, tie_kv and diagonals are in' in text and '**' not in text
+  # The diagonals are the largest in size but win loss back: the carrier is Q = K.
+  text = study_long_report.factorial_sentence(summary(tie_qk=0.6, tie_kv=0.03, tie_qkv=0.91,
+                                                      diagonals=-0.9))
+  assert 'costs the most: **tying Q and K (Q = K)** (tie_qk, +0.600 nats)' in text
+  text = study_long_report.factorial_sentence(summary(tie_qk=-0.1, tie_kv=0.0, tie_qkv=0.2,
+                                                      diagonals=-0.3))
+  assert 'None of tie_qk, tie_kv and diagonals costs loss' in text
+
+
 def test_the_report_says_plainly_whether_equivalence_is_reachable():
   s = {'margin_nats': 0.05, 'equivalence': {'a': {'smallest_margin': 0.2},
                                             'b': {'smallest_margin': 0.01}}}

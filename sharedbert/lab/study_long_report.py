@@ -68,9 +68,18 @@ def factorial_sentence(summary: dict) -> str:
   if 'tie_qk' in parts and 'tie_kv' in parts:
     text += (f' Of the tie, Q = K alone costs {_interval(effects["tie_qk"])} and K = V alone '
              f'{_interval(effects["tie_kv"])}.')
-  carrier = max(('tie_qk', 'tie_kv', 'diagonals'), key=lambda k: abs(parts.get(k, 0.0)))
-  what = dict((n, w) for n, _, _, w in study_long.EFFECTS)[carrier]
-  text += f' The largest single effect on `shared`\'s path: **{what}** ({carrier}).'
+  # The carrier is the single change that costs the most loss, named only once all three
+  # are in (a missing one counted as 0 named the diagonals, which win loss back).
+  single = ('tie_qk', 'tie_kv', 'diagonals')
+  if not all(k in parts for k in single):
+    text += ' Which change carries the gap is named once tie_qk, tie_kv and diagonals are in.'
+  elif max(parts[k] for k in single) <= 0:
+    text += ' None of tie_qk, tie_kv and diagonals costs loss on its own.'
+  else:
+    carrier = max(single, key=parts.get)
+    what = dict((n, w) for n, _, _, w in study_long.EFFECTS)[carrier]
+    text += (f' The change that costs the most: **{what}** ({carrier}, '
+             f'{_num(parts[carrier], sign=True)} nats).')
   if 'asymmetry' in effects:
     text += (f' Restoring asymmetry on Q = K (pairwise - symmetric): '
              f'{_interval(effects["asymmetry"])}.')
