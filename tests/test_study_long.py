@@ -126,6 +126,9 @@ def test_trend_of_an_exact_line_and_of_noise():
   noisy = [(1000, 0.3), (1000, -0.3), (2000, 0.2), (2000, -0.2), (4000, 0.3), (4000, -0.3)]
   assert study_long.trend(noisy)['direction'] == 'undecided'
   assert study_long.trend([(1000, 0.1), (1000, 0.2)]) is None
+  # Two horizons, three seeds each (as at 58 runs of cpu_long): no trend from two means.
+  assert study_long.trend([(1000, 0.0), (1000, 0.1), (1000, -0.1),
+                           (2000, 0.5), (2000, 0.4), (2000, 0.6)]) is None
 
 
 def test_smallest_margin_and_seeds_needed_by_hand():

@@ -351,8 +351,10 @@ def difference(diffs: dict, confidence: float = 0.95) -> dict:
 def trend(points: list[tuple[float, float]], confidence: float = 0.95) -> dict | None:
   """A straight line of per-seed gaps against log2(tokens): the slope per doubling of the
   tokens seen, with its t interval (residual df = points - 2). Seeds recur across horizons,
-  so the points are not independent: the interval is, if anything, too narrow."""
-  if len({x for x, _ in points}) < 2 or len(points) < 3:
+  so the points are not independent: the interval is, if anything, too narrow. None below
+  three horizons: through two, the line only joins their means, and its interval would
+  come from the seeds' scatter alone."""
+  if len({x for x, _ in points}) < 3:
     return None
   x = np.log2(np.asarray([p[0] for p in points], np.float64))
   y = np.asarray([p[1] for p in points], np.float64)
