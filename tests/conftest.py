@@ -32,4 +32,3 @@ import jax  # noqa: E402
 
 jax.config.update('jax_num_cpu_devices', 8)
 jax.config.update('jax_platforms', 'cpu')
-

@@ -17,6 +17,9 @@ from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
 from test_finetune import sst2_dir, tiny_pretrain_config  # noqa: F401 (a fixture)
 from test_write_failures import _mount_tmpfs
+# A failed test leaves no command running on (one took a core for minutes): what start()
+# launched is killed after each test, by test_resume's autouse fixture.
+from test_resume import _STARTED, no_leftover_processes  # noqa: F401 (an autouse fixture)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=str(REPO))
@@ -39,19 +42,6 @@ def glue_command(untrained, glue_dir, workdir, *extra):
   return [sys.executable, '-m', 'sharedbert.main', '--config=configs/glue.py:task=sst2,seeds=2',
           f'--config.init_from={untrained}', '--config.from_scratch=True',
           f'--config.data.glue_dir={glue_dir}', f'--workdir={workdir}', *extra]
-
-
-_STARTED: list[subprocess.Popen] = []
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_processes():
-  yield
-  while _STARTED:  # A failed test leaves no command running on (it took a core for minutes).
-    proc = _STARTED.pop()
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
 
 
 def start(cmd, log):
