@@ -314,3 +314,20 @@ def test_the_eta_is_not_thrown_by_a_run_that_was_paused():
   steps; with a mean rate the study said 'about 3002 min'."""
   rates = [0.5, 0.52, 0.49, 6796 / 2000, 0.51]
   assert study_long.eta_minutes(rates, 60_000, 2) == pytest.approx(0.51 * 60_000 / 2 / 60)
+
+
+def test_a_factorial_variant_without_its_verdict_seeds_reads_not_finished(tmp_path):
+  """In a snapshot taken while `symmetric`'s verdict seeds train, its row said '(base)',
+  as if it were the reference."""
+  config = _small_plan_config()
+  results = _fabricate_finished_study(tmp_path, config)
+  for run in results:
+    if run.variant == 'symmetric' and run.seed != config.long.selection_seed:
+      os.remove(os.path.join(study_long.run_dir(str(tmp_path), run), 'study_done.json'))
+  text = open(study_long_report.write_report(config, str(tmp_path))).read()
+  rows = {line.split(' | ')[0]: line for line in text.splitlines()
+          if line.startswith('| ') and line.count(' | ') == 5}
+  assert rows['| standard'].endswith('| (base) |  |')
+  assert rows['| symmetric'].endswith('| – | not finished |')
+  assert '(base)' not in rows['| symmetric'] and '(base)' not in rows['| shared']
+  assert rows['| shared'].endswith(' | worse |')

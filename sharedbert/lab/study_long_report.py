@@ -192,7 +192,7 @@ def render(config, summary: dict, figures: tuple[str, ...] = (HORIZON_PNG, CURVE
   lines += ['', '## Factorial: which tie costs what', '', factorial_sentence(summary), '']
   f = summary['factorial']
   lines += [f'At {f["steps"]:,} steps, each variant at its own chosen rate; verdicts against '
-            f'`standard`, Holm-adjusted over the variants, equivalence at ±{L and summary["margin_nats"]} nats.', '',
+            f'`standard`, Holm-adjusted over the variants, equivalence at ±{summary["margin_nats"]} nats.', '',
             '| variant | lr | seeds | loss | − standard [95%] | verdict |', '|---|---|---|---|---|---|']
   for v in L.factorial_variants:
     e = f.get(v)
@@ -200,8 +200,14 @@ def render(config, summary: dict, figures: tuple[str, ...] = (HORIZON_PNG, CURVE
       lines.append(f'| {v} | – | – | – | – | not finished |')
       continue
     lr = f'{e["lr"]:g}' + (f' ({e["init"]})' if 'init' in e else '')
+    if v == study_long.BASE:
+      difference, verdict = '(base)', ''
+    elif 'delta_nats' in e:
+      difference, verdict = _interval(e), e['verdict']
+    else:  # Its rate is chosen, its verdict seeds are not all in.
+      difference, verdict = '–', 'not finished'
     lines.append(f'| {v} | {lr} | {len(e["seeds"])} | {_num(e["loss_mean"])} | '
-                 f'{_interval(e) if "delta_nats" in e else "(base)"} | {e.get("verdict", "")} |')
+                 f'{difference} | {verdict} |')
   lines += ['', '| effect | difference | [95%] |', '|---|---|---|']
   for name, a, b, what in study_long.EFFECTS:
     e = f.get('effects', {}).get(name)
