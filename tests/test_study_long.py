@@ -4,7 +4,6 @@ hand-computed cases, and the device preset's plumbing end to end at toy size."""
 import math
 import os
 
-import numpy as np
 import pytest
 
 from sharedbert.errors import UserError
