@@ -194,6 +194,7 @@ def test_analysis_of_a_finished_plan_against_hand_computed_effects(tmp_path):
     assert f['effects'][name]['delta_nats'] == pytest.approx(value), name
     assert set(f['effects'][name]) >= {'delta_nats', 'ci_low', 'ci_high'}
   assert f['effects']['tie_qk']['ci_low'] == pytest.approx(0.3)  # No spread: a point.
+  assert f['effects']['diagonals']['per_seed'] == pytest.approx([-0.2, -0.19, -0.18])
   for v in ('symmetric', 'pairwise', 'kv_shared', 'single', 'shared'):
     assert set(f[v]) >= {'delta_nats', 'ci_low', 'ci_high', 'verdict', 'seeds', 'lr'}
     assert len(f[v]['seeds']) >= 3
@@ -294,7 +295,13 @@ def test_the_factorial_names_the_costliest_change_only_once_all_are_in():
   # The diagonals are the largest in size but win loss back: the carrier is Q = K.
   text = study_long_report.factorial_sentence(summary(tie_qk=0.6, tie_kv=0.03, tie_qkv=0.91,
                                                       diagonals=-0.9))
-  assert 'costs the most: **tying Q and K (Q = K)** (tie_qk, +0.600 nats)' in text
+  assert 'costs the most: **tying Q and K (Q = K)** (tie_qk, +0.600 nats).' in text
+  # As at 61 runs: every seed loses loss to Q = K, but 3 seeds' interval includes 0.
+  s = summary(tie_qk=0.561, tie_kv=0.03, tie_qkv=0.91, diagonals=-0.44)
+  s['factorial']['effects']['tie_qk'].update(ci_low=-0.033, per_seed=[0.621, 0.298, 0.765])
+  text = study_long_report.factorial_sentence(s)
+  assert ('costs the most: **tying Q and K (Q = K)** (tie_qk, +0.561 nats), though its 95% '
+          'interval includes 0 at 3 seeds (it costs loss in 3 of them).') in text
   text = study_long_report.factorial_sentence(summary(tie_qk=-0.1, tie_kv=0.0, tie_qkv=0.2,
                                                       diagonals=-0.3))
   assert 'None of tie_qk, tie_kv and diagonals costs loss' in text

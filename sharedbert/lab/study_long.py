@@ -341,11 +341,13 @@ def paired(a: dict, b: dict) -> dict:
 
 
 def difference(diffs: dict, confidence: float = 0.95) -> dict:
-  """The mean of per-seed differences {seed: a - b} with its t interval and the seeds."""
+  """The mean of per-seed differences {seed: a - b} with its t interval, the seeds and the
+  differences themselves (in seed order)."""
   values = list(diffs.values())
   low, high = stats.t_interval(values, confidence)
   return {'delta_nats': float(np.mean(values)) if values else None, 'ci_low': low,
-          'ci_high': high, 'seeds': sorted(diffs)}
+          'ci_high': high, 'seeds': sorted(diffs),
+          'per_seed': [float(diffs[s]) for s in sorted(diffs)]}
 
 
 def trend(points: list[tuple[float, float]], confidence: float = 0.95) -> dict | None:

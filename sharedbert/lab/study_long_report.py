@@ -78,8 +78,16 @@ def factorial_sentence(summary: dict) -> str:
   else:
     carrier = max(single, key=parts.get)
     what = dict((n, w) for n, _, _, w in study_long.EFFECTS)[carrier]
+    e = effects[carrier]
     text += (f' The change that costs the most: **{what}** ({carrier}, '
-             f'{_num(parts[carrier], sign=True)} nats).')
+             f'{_num(parts[carrier], sign=True)} nats)')
+    if e.get('ci_low') is not None and e['ci_low'] <= 0:  # A point estimate, not a finding.
+      per_seed = e.get('per_seed', [])
+      text += (f', though its 95% interval includes 0 at {len(per_seed)} seeds'
+               + (f' (it costs loss in {sum(d > 0 for d in per_seed)} of them)'
+                  if per_seed else ''))
+    text += '.'
+
   if 'asymmetry' in effects:
     text += (f' Restoring asymmetry on Q = K (pairwise - symmetric): '
              f'{_interval(effects["asymmetry"])}.')
