@@ -249,12 +249,18 @@ def test_device_preset_plumbing_at_toy_size_end_to_end_and_resume(tmp_path):
     assert s['horizon']['standard'][h]['seeds'] == [0, 1]
   curve = s['curves']['shared@8/seed0']
   assert [step for step, _ in curve] == [4, 8]  # Held-out loss along the way.
+  init = s['attention_at_init']  # Seed 0's own initial weights, one entry a layer.
+  assert set(init) == {'standard', 'shared'} and init['shared']['run'] == 's4_lr0.001_seed0_signs'
+  for e in init.values():
+    assert len(e['layers']) == 1 and 0 < e['layers'][0]['self_share'] < 1
+    assert e['rows'] == 8 and 0 < e['tokens_per_row'] <= 32
   stamp = os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
                                         'study_done.json'))
   study.run_study(config, workdir)  # Resumes: every run is finished, nothing retrains.
   assert os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
                                        'study_done.json')) == stamp
-  assert 'horizon.png' in open(os.path.join(workdir, 'report.md')).read()
+  report = open(os.path.join(workdir, 'report.md')).read()
+  assert 'horizon.png' in report and '| shared | ' in report.split('Attention at init')[1]
 
 
 def test_an_orphaned_worker_does_not_start_a_queued_job():
@@ -337,3 +343,17 @@ def test_a_factorial_variant_without_its_verdict_seeds_reads_not_finished(tmp_pa
   assert rows['| symmetric'].endswith('| – | not finished |')
   assert '(base)' not in rows['| symmetric'] and '(base)' not in rows['| shared']
   assert rows['| shared'].endswith(' | worse |')
+
+
+def test_the_attention_at_init_table_averages_the_layers():
+  layers = lambda *rows: [dict(zip(('self_share', 'top_weight', 'logit_sd'), r)) for r in rows]
+  s = {'attention_at_init': {
+      'standard': {'rows': 64, 'tokens_per_row': 25.0,
+                   'layers': layers((0.04, 0.06, 0.3), (0.02, 0.08, 0.5))},
+      'pairwise': {'rows': 64, 'tokens_per_row': 25.0,
+                   'layers': layers((0.03, 0.40, 2.8), (0.03, 0.50, 3.0))}}}
+  text = study_long_report.init_attention_section(s)
+  assert '64 rows of about 25 real tokens' in text and 'about 0.040' in text
+  assert '| standard | 0.030 | 0.070 | 0.400 |' in text
+  assert '| pairwise | 0.030 | 0.450 | 2.900 |' in text
+  assert 'not computed yet' in study_long_report.init_attention_section({})

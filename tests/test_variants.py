@@ -594,6 +594,32 @@ def test_positive_semi_definite_start_attends_to_itself_more():
   assert 0 < standard < 1
 
 
+@pytest.mark.parametrize('scan_layers', [False, True])
+def test_attention_statistics_agree_with_the_sown_share_and_see_pairwise_scale(scan_layers):
+  """Per layer: the self share equals the sown diagnostic's; Q = K schemes attend to
+  themselves more than standard at init; pairwise with P_h ~ N(0, 1) starts with scores
+  several times standard's (head size 8: about sqrt(8) = 2.8)."""
+  ids, segments, mask, _ = INPUTS
+  stats = {}
+  for name, kw in (('standard', {}), ('symmetric', {}), ('pairwise', {'pairwise_init_std': 1.0}),
+                   ('pairwise_scaled', {'pairwise_init_std': 1 / np.sqrt(8)})):
+    # initializer_range 0.1: at BERT's 0.02 and D=32 every scheme's scores are near 0.
+    cfg = config(name.split('_')[0], scan_layers=scan_layers, initializer_range=0.1, **kw)
+    params = init(cfg)
+    stats[name] = bert_lib.attention_statistics(cfg, params, ids, segments, mask)
+    assert len(stats[name]) == cfg.num_layers
+    np.testing.assert_allclose(
+        [layer['self_share'] for layer in stats[name]],
+        bert_lib.self_attention_shares(cfg, params, ids, segments, mask), rtol=1e-4)
+  mean = lambda name, key: np.mean([layer[key] for layer in stats[name]])
+  tokens = np.asarray(mask).sum(-1).max()
+  assert 0.5 / tokens < mean('standard', 'self_share') < 2.0 / tokens  # About uniform.
+  assert mean('symmetric', 'self_share') > 1.5 * mean('standard', 'self_share')
+  assert mean('pairwise', 'logit_sd') > 2 * mean('standard', 'logit_sd')
+  assert mean('pairwise', 'top_weight') > mean('standard', 'top_weight')
+  assert mean('pairwise_scaled', 'logit_sd') < 1.5 * mean('standard', 'logit_sd')
+
+
 def test_pairwise_init_std_sets_the_scale_of_the_initial_scores():
   """P_h ~ N(0, s^2): with s = 1/sqrt(H) the initial scores Q_h P_h Q_h^T are on the scale
   of standard's Q_h K_h^T; with Courtois et al.'s s = 1 about sqrt(H) = 4 times larger."""

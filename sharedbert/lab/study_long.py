@@ -30,6 +30,9 @@ import os
 import time
 
 from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from scipy import stats as sp_stats
@@ -43,12 +46,16 @@ from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, max_predictions
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
+from sharedbert import pretrain_step
 from sharedbert.models import attention as attention_lib
+from sharedbert.models import bert as bert_lib
 from sharedbert.models import flops as flops_lib
 from sharedbert.models.bert import ModelConfig
 
 RUNS_DIR = 'runs'
 VOCAB_DIR = 'vocab'
+# Attention statistics of each variant's initial weights (attention_at_init), cached.
+INIT_ATTENTION_FILE = 'attention_at_init.json'
 BASE = 'standard'
 # The init field of a variant without diagonals (its config's init is never read).
 NO_INIT = 'na'
@@ -284,6 +291,40 @@ def _prepare_vocab(config, workdir: str, run: LongRun) -> None:
     tf.io.gfile.copy(vocab, target)
 
 
+def attention_at_init(config, workdir: str) -> dict:
+  """{variant: per-layer bert.attention_statistics} of the initial weights of each
+  factorial and horizon variant's seed-0 verdict run at the factorial horizon (its chosen
+  rate and init; the init key train.py derives from seed 0), on the first held-out batch.
+  Why a scheme starts where it does: Q = K puts weight on the token itself, pairwise's
+  P_h ~ N(0, 1) starts with large scores. Variants whose rate is not chosen yet are left
+  out; the rest are cached in W/runs/attention_at_init.json."""
+  path = os.path.join(workdir, RUNS_DIR, INIT_ATTENTION_FILE)
+  cached = jsonio.read_json(path) if os.path.isfile(path) else {}
+  _, chosen, _ = plan(config, load_results(workdir))
+  L = config.long
+  F = int(L.factorial_steps)
+  runs = {v: dataclasses.replace(chosen[(v, F)], seed=0)
+          for v in dict.fromkeys([*L.factorial_variants, *L.horizon_variants])
+          if (v, F) in chosen}
+  todo = {v: r for v, r in runs.items() if cached.get(v, {}).get('run') != r.tag}
+  vocab = os.path.join(workdir, VOCAB_DIR, tokenizer_lib.VOCAB_FILE)
+  if not todo or not os.path.isfile(vocab):
+    return {v: cached[v] for v in runs if v in cached}
+  batch = PretrainData(study_plan.pretrain_config(config, BASE), vocab).eval_batches[0]
+  ids, seg, mask = (jnp.asarray(batch[k]) for k in ('input_ids', 'segment_ids', 'input_mask'))
+  for v, run in todo.items():
+    cfg = run_config(config, run)
+    model_cfg = ModelConfig.from_config(cfg.model)
+    init_rng, _ = jax.random.split(jax.random.key(int(cfg.seed)))
+    params = nn.unbox(pretrain_step.init_params(bert_lib.BertForPretraining(model_cfg),
+                                                init_rng))
+    cached[v] = {'run': run.tag, 'rows': int(ids.shape[0]),
+                 'tokens_per_row': float(np.mean(np.asarray(mask).sum(-1))),
+                 'layers': bert_lib.attention_statistics(model_cfg, params, ids, seg, mask)}
+  jsonio.write_json(path, cached)
+  return {v: cached[v] for v in runs}
+
+
 def eta_minutes(rates: list[float], steps_left: int, workers: int) -> float:
   """Minutes left at the median seconds a step of the runs so far (a median: a run that
   was paused, SIGSTOP while the machine did other work, would inflate a mean), `workers`
@@ -515,6 +556,8 @@ def analyse(config, workdir: str) -> dict:
                    for r, s in sorted(results.items())
                    if r.seed != int(L.selection_seed) and s.get('eval_curve')}
   out['wall_s'] = round(sum(s.get('wall_s', 0.0) for s in results.values()), 1)
+  path = os.path.join(workdir, RUNS_DIR, INIT_ATTENTION_FILE)  # Written by attention_at_init.
+  out['attention_at_init'] = jsonio.read_json(path) if os.path.isfile(path) else {}
   return out
 
 

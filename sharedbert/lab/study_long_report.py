@@ -94,6 +94,27 @@ def factorial_sentence(summary: dict) -> str:
   return text
 
 
+def init_attention_section(summary: dict) -> str:
+  """Where each scheme's attention starts: the mean over layers of
+  bert.attention_statistics of the seed-0 verdict run's initial weights."""
+  init = summary.get('attention_at_init') or {}
+  if not init:
+    return 'Attention at initialisation: not computed yet (it needs the chosen rates).'
+  first = next(iter(init.values()))
+  lines = [f'Attention at initialisation (seed 0\'s initial weights at each variant\'s chosen '
+           f'rate and init; the first held-out batch, {first["rows"]} rows of about '
+           f'{first["tokens_per_row"]:.0f} real tokens, so uniform attention gives each token '
+           f'about {1 / first["tokens_per_row"]:.3f}; means over layers). Where training '
+           'starts, not where it goes.', '',
+           '| variant | weight on itself | largest weight | sd of the scores |',
+           '|---|---|---|---|']
+  for v, e in init.items():
+    mean = lambda key: float(np.mean([layer[key] for layer in e['layers']]))
+    lines.append(f'| {v} | {mean("self_share"):.3f} | {mean("top_weight"):.3f} | '
+                 f'{mean("logit_sd"):.3f} |')
+  return '\n'.join(lines)
+
+
 def equivalence_sentence(summary: dict) -> str:
   """Plainly: whether this design could call anything equivalent at its margin."""
   eq = summary.get('equivalence', {})
@@ -220,6 +241,7 @@ def render(config, summary: dict, figures: tuple[str, ...] = (HORIZON_PNG, CURVE
   for name, a, b, what in study_long.EFFECTS:
     e = f.get('effects', {}).get(name)
     lines.append(f'| {name}: {what} | {a} − {b} | {_interval(e) if e else "not finished"} |')
+  lines += ['', init_attention_section(summary)]
   lines += ['', '## Equal training FLOPs', '']
   for v, e in summary['equal_flops'].items():
     lines.append(
