@@ -1,6 +1,7 @@
 """The long study (configs/study.py:cpu_long, gpu_long): its plan, its statistics against
 hand-computed cases, and the device preset's plumbing end to end at toy size."""
 
+import dataclasses
 import math
 import os
 
@@ -249,18 +250,21 @@ def test_device_preset_plumbing_at_toy_size_end_to_end_and_resume(tmp_path):
     assert s['horizon']['standard'][h]['seeds'] == [0, 1]
   curve = s['curves']['shared@8/seed0']
   assert [step for step, _ in curve] == [4, 8]  # Held-out loss along the way.
-  init = s['attention_at_init']  # Seed 0's own initial weights, one entry a layer.
-  assert set(init) == {'standard', 'shared'} and init['shared']['run'] == 's4_lr0.001_seed0_signs'
-  for e in init.values():
-    assert len(e['layers']) == 1 and 0 < e['layers'][0]['self_share'] < 1
+  att = s['attention']  # Each verdict run's own initial and final weights, a layer each.
+  assert set(att) == {'standard', 'shared'}
+  for e in att.values():
     assert e['rows'] == 8 and 0 < e['tokens_per_row'] <= 32
+    for when in ('init', 'trained'):
+      assert e[when]['seeds'] == [0, 1] and 0 < e[when]['self_share'] < 1
+      assert [len(layers) for layers in e[when]['per_seed'].values()] == [1, 1]
+    assert e['init']['per_seed'] != e['trained']['per_seed']  # Training moved the weights.
   stamp = os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
                                         'study_done.json'))
   study.run_study(config, workdir)  # Resumes: every run is finished, nothing retrains.
   assert os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
                                        'study_done.json')) == stamp
   report = open(os.path.join(workdir, 'report.md')).read()
-  assert 'horizon.png' in report and '| shared | ' in report.split('Attention at init')[1]
+  assert 'horizon.png' in report and '| shared | 2 | ' in report.split('Attention of the')[1]
 
 
 def test_an_orphaned_worker_does_not_start_a_queued_job():
@@ -345,15 +349,44 @@ def test_a_factorial_variant_without_its_verdict_seeds_reads_not_finished(tmp_pa
   assert rows['| shared'].endswith(' | worse |')
 
 
-def test_the_attention_at_init_table_averages_the_layers():
+def test_the_attention_table_averages_seeds_and_layers():
   layers = lambda *rows: [dict(zip(('self_share', 'top_weight', 'logit_sd'), r)) for r in rows]
-  s = {'attention_at_init': {
+  per_seed = {'0': layers((0.04, 0.06, 0.3), (0.02, 0.08, 0.5)),
+              '1': layers((0.02, 0.06, 0.5), (0.04, 0.08, 0.3))}
+  s = {'factorial': {'steps': 2000}, 'attention': {
       'standard': {'rows': 64, 'tokens_per_row': 25.0,
-                   'layers': layers((0.04, 0.06, 0.3), (0.02, 0.08, 0.5))},
+                   'init': {'seeds': [0, 1], 'self_share': 0.03, 'top_weight': 0.07,
+                            'logit_sd': 0.4, 'per_seed': per_seed}},
       'pairwise': {'rows': 64, 'tokens_per_row': 25.0,
-                   'layers': layers((0.03, 0.40, 2.8), (0.03, 0.50, 3.0))}}}
-  text = study_long_report.init_attention_section(s)
+                   'init': {'seeds': [0], 'self_share': 0.03, 'top_weight': 0.45,
+                            'logit_sd': 2.9},
+                   'trained': {'seeds': [0], 'self_share': 0.1, 'top_weight': 0.5,
+                               'logit_sd': 4.0}}}}
+  text = study_long_report.attention_section(s)
   assert '64 rows of about 25 real tokens' in text and 'about 0.040' in text
-  assert '| standard | 0.030 | 0.070 | 0.400 |' in text
-  assert '| pairwise | 0.030 | 0.450 | 2.900 |' in text
-  assert 'not computed yet' in study_long_report.init_attention_section({})
+  assert '| standard | 2 | 0.030 → – | 0.070 → – | 0.400 → – |' in text
+  assert '| pairwise | 1 | 0.030 → 0.100 | 0.450 → 0.500 | 2.900 → 4.000 |' in text
+  assert 'not computed yet' in study_long_report.attention_section({})
+
+
+def test_the_attention_summary_means_seeds_and_layers(tmp_path):
+  config = _small_plan_config()
+  _fabricate_finished_study(tmp_path, config)
+  _, chosen, _ = study_long.plan(config, study_long.load_results(str(tmp_path)))
+  run = dataclasses.replace(chosen[('symmetric', 20)], seed=0)
+  layers = lambda *rows: [dict(zip(study_long.ATTENTION_KEYS, r)) for r in rows]
+  cache = {f'symmetric/{run.tag}': {'rows': 4, 'tokens_per_row': 10.0,
+                                    'init': layers((0.2, 0.2, 0.5), (0.4, 0.4, 0.7)),
+                                    'trained': layers((0.1, 0.3, 1.0), (0.1, 0.5, 3.0))},
+           f'symmetric/{dataclasses.replace(run, seed=1).tag}': {
+               'rows': 4, 'tokens_per_row': 10.0, 'init': layers((0.0, 0.0, 0.3), (0.2, 0.2, 0.5))},
+           'symmetric/s999_lr1_seed0_na': {'init': layers((9, 9, 9))}}  # Not in the plan.
+  jsonio.write_json(os.path.join(tmp_path, 'runs', study_long.ATTENTION_FILE), cache)
+  att = study_long.analyse(config, str(tmp_path))['attention']
+  assert list(att) == ['symmetric']
+  e = att['symmetric']
+  assert e['init']['seeds'] == [0, 1] and e['trained']['seeds'] == [0]
+  assert e['init']['self_share'] == pytest.approx(0.2)   # (0.2 + 0.4 + 0.0 + 0.2) / 4
+  assert e['init']['logit_sd'] == pytest.approx(0.5)
+  assert e['trained']['top_weight'] == pytest.approx(0.4)
+  assert e['trained']['per_seed'] == {'0': cache[f'symmetric/{run.tag}']['trained']}

@@ -413,7 +413,7 @@ def run_long_study(config, workdir: str, *, report_only: bool = False) -> str:
     t0 = time.time()
     study_long.run_all(config, workdir)
     logging.info('study: pretraining done (%.0fs)', time.time() - t0)
-  study_long.attention_at_init(config, workdir)
+  study_long.attention_statistics_of_runs(config, workdir)
   path = study_long_report.write_report(config, workdir)
   logging.info('study: wrote %s', path)
   return path

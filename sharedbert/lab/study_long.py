@@ -54,8 +54,8 @@ from sharedbert.models.bert import ModelConfig
 
 RUNS_DIR = 'runs'
 VOCAB_DIR = 'vocab'
-# Attention statistics of each variant's initial weights (attention_at_init), cached.
-INIT_ATTENTION_FILE = 'attention_at_init.json'
+# Attention statistics of the factorial's runs, at init and trained (attention_statistics_of_runs).
+ATTENTION_FILE = 'attention_statistics.json'
 BASE = 'standard'
 # The init field of a variant without diagonals (its config's init is never read).
 NO_INIT = 'na'
@@ -291,38 +291,77 @@ def _prepare_vocab(config, workdir: str, run: LongRun) -> None:
     tf.io.gfile.copy(vocab, target)
 
 
-def attention_at_init(config, workdir: str) -> dict:
-  """{variant: per-layer bert.attention_statistics} of the initial weights of each
-  factorial and horizon variant's seed-0 verdict run at the factorial horizon (its chosen
-  rate and init; the init key train.py derives from seed 0), on the first held-out batch.
-  Why a scheme starts where it does: Q = K puts weight on the token itself, pairwise's
-  P_h ~ N(0, 1) starts with large scores. Variants whose rate is not chosen yet are left
-  out; the rest are cached in W/runs/attention_at_init.json."""
-  path = os.path.join(workdir, RUNS_DIR, INIT_ATTENTION_FILE)
-  cached = jsonio.read_json(path) if os.path.isfile(path) else {}
-  _, chosen, _ = plan(config, load_results(workdir))
-  L = config.long
-  F = int(L.factorial_steps)
-  runs = {v: dataclasses.replace(chosen[(v, F)], seed=0)
-          for v in dict.fromkeys([*L.factorial_variants, *L.horizon_variants])
-          if (v, F) in chosen}
-  todo = {v: r for v, r in runs.items() if cached.get(v, {}).get('run') != r.tag}
+ATTENTION_KEYS = ('self_share', 'top_weight', 'logit_sd')
+
+
+def attention_statistics_of_runs(config, workdir: str) -> dict:
+  """bert.attention_statistics of every factorial verdict run at the factorial horizon, on
+  the first held-out batch: of its initial weights (the init key train.py derives from its
+  seed) and, once it is finished, of its final checkpoint. Where each scheme starts (Q = K
+  puts weight on the token itself; pairwise's P_h ~ N(0, 1) starts with large scores) and
+  where training took it. Cached per run in W/runs/attention_statistics.json (written after
+  each run, so a kill keeps what was done); returns the cache."""
+  path = os.path.join(workdir, RUNS_DIR, ATTENTION_FILE)
+  cache = jsonio.read_json(path) if os.path.isfile(path) else {}
+  results = load_results(workdir)
+  todo = []
+  for run in _attention_runs(config, plan(config, results)[1]):
+    entry = cache.get(f'{run.variant}/{run.tag}', {})
+    finished = run in results and os.path.isdir(os.path.join(run_dir(workdir, run), 'checkpoints'))
+    if 'init' not in entry or ('trained' not in entry and finished):
+      todo.append((run, finished))
   vocab = os.path.join(workdir, VOCAB_DIR, tokenizer_lib.VOCAB_FILE)
   if not todo or not os.path.isfile(vocab):
-    return {v: cached[v] for v in runs if v in cached}
+    return cache
+  from sharedbert import restore as restore_lib
   batch = PretrainData(study_plan.pretrain_config(config, BASE), vocab).eval_batches[0]
   ids, seg, mask = (jnp.asarray(batch[k]) for k in ('input_ids', 'segment_ids', 'input_mask'))
-  for v, run in todo.items():
-    cfg = run_config(config, run)
-    model_cfg = ModelConfig.from_config(cfg.model)
-    init_rng, _ = jax.random.split(jax.random.key(int(cfg.seed)))
-    params = nn.unbox(pretrain_step.init_params(bert_lib.BertForPretraining(model_cfg),
-                                                init_rng))
-    cached[v] = {'run': run.tag, 'rows': int(ids.shape[0]),
-                 'tokens_per_row': float(np.mean(np.asarray(mask).sum(-1))),
-                 'layers': bert_lib.attention_statistics(model_cfg, params, ids, seg, mask)}
-  jsonio.write_json(path, cached)
-  return {v: cached[v] for v in runs}
+  for run, finished in todo:
+    entry = cache.setdefault(f'{run.variant}/{run.tag}', {
+        'rows': int(ids.shape[0]), 'tokens_per_row': float(np.mean(np.asarray(mask).sum(-1)))})
+    model_cfg = ModelConfig.from_config(run_config(config, run).model)
+    if 'init' not in entry:
+      init_rng, _ = jax.random.split(jax.random.key(run.seed))
+      params = nn.unbox(pretrain_step.init_params(bert_lib.BertForPretraining(model_cfg),
+                                                  init_rng))
+      entry['init'] = bert_lib.attention_statistics(model_cfg, params, ids, seg, mask)
+    if finished and 'trained' not in entry:
+      restored = restore_lib.restore(run_dir(workdir, run), devices=jax.devices()[:1])
+      if restored.step == run.steps:  # Its final weights, not a mid-run checkpoint.
+        entry['trained'] = bert_lib.attention_statistics(model_cfg, restored.params, ids, seg,
+                                                         mask)
+    jsonio.write_json(path, cache)
+  return cache
+
+
+def _attention_runs(config, chosen: dict) -> list[LongRun]:
+  F = int(config.long.factorial_steps)
+  return [dataclasses.replace(chosen[(v, F)], seed=s) for v in config.long.factorial_variants
+          if (v, F) in chosen for s in verdict_seeds(config, F)]
+
+
+def attention_summary(config, chosen: dict, workdir: str) -> dict:
+  """summary.json's `attention`: per factorial variant, the mean over its seeds and layers of
+  each statistic, at init and trained, with the seeds each covers and the per-layer values."""
+  path = os.path.join(workdir, RUNS_DIR, ATTENTION_FILE)
+  cache = jsonio.read_json(path) if os.path.isfile(path) else {}
+  out = {}
+  for run in _attention_runs(config, chosen):
+    entry = cache.get(f'{run.variant}/{run.tag}')
+    if not entry:
+      continue
+    v = out.setdefault(run.variant, {'rows': entry['rows'],
+                                     'tokens_per_row': entry['tokens_per_row']})
+    for when in ('init', 'trained'):
+      if when in entry:
+        v.setdefault(when, {'per_seed': {}})['per_seed'][str(run.seed)] = entry[when]
+  for v in out.values():
+    for when in ('init', 'trained'):
+      if when in v:
+        layers = list(v[when]['per_seed'].values())
+        v[when].update({k: float(np.mean([[l[k] for l in ls] for ls in layers]))
+                        for k in ATTENTION_KEYS}, seeds=sorted(int(s) for s in v[when]['per_seed']))
+  return out
 
 
 def eta_minutes(rates: list[float], steps_left: int, workers: int) -> float:
@@ -556,8 +595,7 @@ def analyse(config, workdir: str) -> dict:
                    for r, s in sorted(results.items())
                    if r.seed != int(L.selection_seed) and s.get('eval_curve')}
   out['wall_s'] = round(sum(s.get('wall_s', 0.0) for s in results.values()), 1)
-  path = os.path.join(workdir, RUNS_DIR, INIT_ATTENTION_FILE)  # Written by attention_at_init.
-  out['attention_at_init'] = jsonio.read_json(path) if os.path.isfile(path) else {}
+  out['attention'] = attention_summary(config, chosen, workdir)
   return out
 
 

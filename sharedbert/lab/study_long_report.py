@@ -94,24 +94,30 @@ def factorial_sentence(summary: dict) -> str:
   return text
 
 
-def init_attention_section(summary: dict) -> str:
-  """Where each scheme's attention starts: the mean over layers of
-  bert.attention_statistics of the seed-0 verdict run's initial weights."""
-  init = summary.get('attention_at_init') or {}
-  if not init:
-    return 'Attention at initialisation: not computed yet (it needs the chosen rates).'
-  first = next(iter(init.values()))
-  lines = [f'Attention at initialisation (seed 0\'s initial weights at each variant\'s chosen '
-           f'rate and init; the first held-out batch, {first["rows"]} rows of about '
-           f'{first["tokens_per_row"]:.0f} real tokens, so uniform attention gives each token '
-           f'about {1 / first["tokens_per_row"]:.3f}; means over layers). Where training '
-           'starts, not where it goes.', '',
-           '| variant | weight on itself | largest weight | sd of the scores |',
-           '|---|---|---|---|']
-  for v, e in init.items():
-    mean = lambda key: float(np.mean([layer[key] for layer in e['layers']]))
-    lines.append(f'| {v} | {mean("self_share"):.3f} | {mean("top_weight"):.3f} | '
-                 f'{mean("logit_sd"):.3f} |')
+def attention_section(summary: dict) -> str:
+  """Where each scheme's attention starts and where training took it: bert.attention_statistics
+  of the factorial's verdict runs, means over seeds and layers."""
+  att = summary.get('attention') or {}
+  if not att:
+    return 'Attention statistics: not computed yet (they need the chosen rates).'
+  first = next(iter(att.values()))
+  steps = summary['factorial']['steps']
+  lines = [f'Attention of the factorial\'s verdict runs, at initialisation (the init key train.py '
+           f'derives from each seed) and trained ({steps:,} steps, their final checkpoint), '
+           f'on the first held-out batch: {first["rows"]} rows of about '
+           f'{first["tokens_per_row"]:.0f} real tokens, so uniform attention gives each '
+           f'token about {1 / first["tokens_per_row"]:.3f}. Means over seeds and layers '
+           '(summary.json `attention` has each seed\'s layers).', '',
+           '| variant | seeds | weight on itself: init → trained | largest weight | '
+           'sd of the scores |', '|---|---|---|---|---|']
+
+  def pair(e, key):
+    cells = [f'{e[w][key]:.3f}' if w in e else '–' for w in ('init', 'trained')]
+    return ' → '.join(cells)
+  for v, e in att.items():
+    seeds = len(e.get('trained', e.get('init', {})).get('seeds', []))
+    lines.append(f'| {v} | {seeds} | {pair(e, "self_share")} | {pair(e, "top_weight")} | '
+                 f'{pair(e, "logit_sd")} |')
   return '\n'.join(lines)
 
 
@@ -241,7 +247,7 @@ def render(config, summary: dict, figures: tuple[str, ...] = (HORIZON_PNG, CURVE
   for name, a, b, what in study_long.EFFECTS:
     e = f.get('effects', {}).get(name)
     lines.append(f'| {name}: {what} | {a} − {b} | {_interval(e) if e else "not finished"} |')
-  lines += ['', init_attention_section(summary)]
+  lines += ['', attention_section(summary)]
   lines += ['', '## Equal training FLOPs', '']
   for v, e in summary['equal_flops'].items():
     lines.append(
