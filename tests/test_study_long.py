@@ -213,6 +213,7 @@ def test_analysis_of_a_finished_plan_against_hand_computed_effects(tmp_path):
   text = open(path).read()
   assert text.index('horizon.png') < text.index('| variant | lr | seeds |')
   assert 'shrinks' in text and os.path.exists(tmp_path / 'horizon.png')
+  assert 'not independent and the interval is, if anything, too narrow' in text
   assert 'tying Q, K and V' in text
   assert jsonio.read_json(tmp_path / 'summary.json')['factorial']['effects']
 

@@ -46,11 +46,13 @@ def horizon_sentence(summary: dict) -> str:
   slope = (f'{_num(fit["slope_per_doubling"], sign=True)} nats per doubling of the tokens '
            f'[{_num(fit["ci_low"], sign=True)}, {_num(fit["ci_high"], sign=True)}], '
            f'{fit["points"]} per-seed points')
+  caveat = (' The points share seeds across horizons, so they are not independent and the '
+            'interval is, if anything, too narrow; read the line beside the gap at each horizon.')
   if fit['direction'] == 'undecided':
     return (text + f' A line through the per-seed gaps against log2(tokens) has slope {slope}: '
             'the data cannot tell whether the gap shrinks or grows over this range (the '
-            'interval holds 0).')
-  return text + f' The gap **{fit["direction"]}** with training: slope {slope}.'
+            'interval holds 0).' + caveat)
+  return text + f' The gap **{fit["direction"]}** with training: slope {slope}.' + caveat
 
 
 def factorial_sentence(summary: dict) -> str:
