@@ -618,6 +618,11 @@ def test_attention_statistics_agree_with_the_sown_share_and_see_pairwise_scale(s
   assert mean('pairwise', 'logit_sd') > 2 * mean('standard', 'logit_sd')
   assert mean('pairwise', 'top_weight') > mean('standard', 'top_weight')
   assert mean('pairwise_scaled', 'logit_sd') < 1.5 * mean('standard', 'logit_sd')
+  # A causal model's hidden keys are out of the spread, as they are out of the softmax.
+  causal = config('standard', scan_layers=scan_layers, initializer_range=0.1, causal=True)
+  spread = [layer['logit_sd'] for layer in
+            bert_lib.attention_statistics(causal, init(causal), ids, segments, mask)]
+  assert max(spread) < 3 * mean('standard', 'logit_sd')
 
 
 def test_pairwise_init_std_sets_the_scale_of_the_initial_scores():

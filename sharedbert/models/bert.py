@@ -537,6 +537,9 @@ def attention_statistics(model_cfg: ModelConfig, params, input_ids, segment_ids,
   out = []
   for sown in _sown_by_layer(state['attention_logits'], 'logits'):
     for logits in (sown if sown.ndim == 5 else sown[None]):                 # [B, N, T, S]
+      # Keys a query may not see (padding, or later tokens of a causal model) sit at the
+      # float32 minimum: out of the spread as they are out of the softmax.
+      seen = pairs & (logits > np.finfo(np.float32).min / 2)
       logits = logits.astype(np.float64)
       probs = np.exp(logits - logits.max(-1, keepdims=True))
       probs /= probs.sum(-1, keepdims=True)
@@ -544,5 +547,5 @@ def attention_statistics(model_cfg: ModelConfig, params, input_ids, segment_ids,
       out.append({
           'self_share': float(np.diagonal(probs, axis1=-2, axis2=-1)[rows].mean()),
           'top_weight': float(probs.max(-1)[rows].mean()),
-          'logit_sd': float(logits[np.broadcast_to(pairs, logits.shape)].std())})
+          'logit_sd': float(logits[seen].std())})
   return out
