@@ -47,6 +47,7 @@ from sharedbert.data.pretrain import PretrainData, max_predictions
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert import pretrain_step
+from sharedbert import restore as restore_lib
 from sharedbert.models import attention as attention_lib
 from sharedbert.models import bert as bert_lib
 from sharedbert.models import flops as flops_lib
@@ -313,7 +314,6 @@ def attention_statistics_of_runs(config, workdir: str) -> dict:
   vocab = os.path.join(workdir, VOCAB_DIR, tokenizer_lib.VOCAB_FILE)
   if not todo or not os.path.isfile(vocab):
     return cache
-  from sharedbert import restore as restore_lib
   batch = PretrainData(study_plan.pretrain_config(config, BASE), vocab).eval_batches[0]
   ids, seg, mask = (jnp.asarray(batch[k]) for k in ('input_ids', 'segment_ids', 'input_mask'))
   for run, finished in todo:
