@@ -15,7 +15,7 @@ Presets (the word after the colon):
          cyclic direction task and its control (one layer, no positions, pointer readout),
          induction and the majority control; 3 seeds; 2 workers. docs/probe_cpu/report.md
          gives its wall time.
-  smoke  standard and shared on every task for 20 steps of batch 8, 2 seeds: the whole
+  smoke  standard and shared (one layer) on every task for 20 steps of batch 8, 2 seeds: the whole
          machinery (sweep, gate, ceiling, figures, resume) in about two minutes, nearly all
          of it compiling; nothing learns. tests/test_probe.py runs it.
   gpu    not yet run on a GPU: sizes and steps are a starting point, not a measured budget.
@@ -135,6 +135,7 @@ def get_config(arg=None):
     config.eval_examples = 32
     config.batch_size = 8
     config.optim.warmup_steps = 2
+    config.model.num_layers = 1  # Nothing learns in 20 steps; one layer compiles faster.
   if preset == 'gpu':
     config.seeds = 5
     config.workers = 1
