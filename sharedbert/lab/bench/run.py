@@ -137,7 +137,8 @@ class BenchStep:
     with self._context():
       self.batch = sharding.global_batch(batch, mesh)
       t0 = time.perf_counter()
-      self.compiled = step_fn.lower(self.state, self.batch).compile()
+      self.lowered = step_fn.lower(self.state, self.batch)
+      self.compiled = self.lowered.compile()
       self.compile_s = time.perf_counter() - t0
     self.times: list[float] = []
     self.loss = float('nan')
