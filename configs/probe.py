@@ -77,7 +77,7 @@ def get_config(arg=None):
       model=ml_collections.ConfigDict(dict(causal=True))))
   # Direction by pointer (the first layer's attention logits): one layer, and no position
   # embeddings, so that queries and shown symbols share one input map.
-  pointer_model = dict(num_layers=1, position_embeddings=False)
+  pointer_model = dict(num_layers=1, position_embeddings='none')
   config.cyclic = ml_collections.ConfigDict(dict(
       model=ml_collections.ConfigDict(pointer_model)))
   config.cyclic_nearest = ml_collections.ConfigDict(dict(

@@ -41,7 +41,7 @@ from sharedbert import errors
 from sharedbert.errors import UserError
 from sharedbert.utils.metric_writer import MetricWriter
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.bert import BertForPretraining, ModelConfig, position_embeddings_value
 from sharedbert.optim import all_finite
 from sharedbert.pretrain_step import (compile_train_step, create_train_state, jit_steps,
                                       restore_state, state_shardings)
@@ -148,7 +148,11 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
   # variant's own settings (its class's config_keys) only for that variant, as resolved
   # (masa: 0 atoms means ceil(L/3), so 0 and its value are the same model).
   keys = ['attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
-          'max_position_embeddings', 'type_vocab_size', 'pre_layer_norm']
+          'max_position_embeddings', 'type_vocab_size', 'pre_layer_norm',
+          'position_embeddings', 'rope_theta', 'rope_query_phase']
+  if 'position_embeddings' in saved:  # A workdir from before rotary saved a boolean.
+    saved['position_embeddings'] = position_embeddings_value(
+        saved['position_embeddings'])
   variant = attention_lib.VARIANTS[model_cfg.attention]
   keys += list(variant.config_keys)
   saved.update(variant.resolved_settings(saved))

@@ -7,6 +7,7 @@ import ast
 import json
 import pathlib
 
+import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
@@ -32,20 +33,29 @@ def test_every_variant_has_a_golden():
   cases = MANIFEST['cases']
   assert {c['config']['attention_variant'] for c in cases.values()} == set(hf_custom.EXPORTABLE)
   assert any(c['config']['causal'] for c in cases.values())
-  assert any(not c['config']['position_embeddings'] for c in cases.values())
+  assert any(c['config']['position_embeddings'] == 'none' for c in cases.values())
+  # Every variant with rotary positions, some with a query phase.
+  rotary = [c['config'] for c in cases.values() if c['config']['position_embeddings'] == 'rotary']
+  assert {c['attention_variant'] for c in rotary} == set(hf_custom.EXPORTABLE)
+  assert any(c['rope_query_phase'] for c in rotary)
   assert {c['config']['pre_layer_norm'] for c in cases.values()} == {True, False}
   assert {c['config'].get('pooling') for c in cases.values()
           if 'num_labels' in c['config']} == {'cls', 'mean'}
   for name, c in cases.items():  # What transformers itself reported when they were made.
     assert c['max_abs_logit_difference'] <= 1e-4 and c['resaved_difference'] == 0, name
+    assert c['max_abs_log_prob_difference'] <= 1e-4, name
     assert c['hidden_states'] == c['config']['num_hidden_layers'] + 1, name
+    # output_attentions: one [B, N, T, S] probability tensor per layer, as BertModel's.
+    assert c['attention_layers'] == c['config']['num_hidden_layers'], name
+    assert c['max_abs_attention_difference'] <= 1e-4, name
   assert len(cases['masa']['atom_tensors']) == len(cases['masa']['config']['masa_projections'])
 
 
 @pytest.mark.parametrize('name', sorted(MANIFEST['cases']))
 def test_transformers_computed_what_sharedbert_computes(name):
-  """The logits transformers gave on the exported folder (a padded row, two segments) are
-  sharedbert's on the same weights and config, to 1e-4 (float32)."""
+  """The logits and attention probabilities transformers gave on the exported folder (rows
+  of 11, 6 and 9 real tokens, two segments) are sharedbert's on the same weights and config,
+  to 1e-4 (float32)."""
   case = MANIFEST['cases'][name]
   data = dict(np.load(GOLDEN / f'{name}.npz'))
   cfg = hf_custom.model_config_from_json(case['config'])
@@ -55,12 +65,18 @@ def test_transformers_computed_what_sharedbert_computes(name):
   if 'num_labels' in case['config']:
     model = BertForSequenceClassification(cfg, num_labels=case['config']['num_labels'],
                                           pooling=case['config']['pooling'])
-    ours = model.apply({'params': params}, ids, segments, mask)
+    ours, state = model.apply({'params': params}, ids, segments, mask,
+                              mutable=['attention_logits'])
   else:
     positions = np.tile(np.arange(ids.shape[1]), (len(ids), 1))
-    ours = BertForPretraining(cfg).apply({'params': params}, ids, segments, mask,
-                                         positions)['mlm_logits']
+    out, state = BertForPretraining(cfg).apply({'params': params}, ids, segments, mask,
+                                               positions, mutable=['attention_logits'])
+    ours = out['mlm_logits']
   assert np.max(np.abs(np.asarray(ours) - data['logits'])) <= 1e-4
+  for i in range(cfg.num_layers):
+    logits = state['attention_logits']['bert'][f'layer_{i}']['attention']['logits'][0]
+    probs = np.asarray(jax.nn.softmax(logits, axis=-1))
+    assert np.max(np.abs(probs - data[f'attention_{i}'])) <= 1e-4, i
 
 
 def test_the_modeling_code_imports_only_torch_and_transformers():

@@ -370,13 +370,13 @@ def test_causal_attention_never_looks_ahead(attention, impl):
 
 
 def test_without_position_embeddings_the_encoder_sees_a_set():
-  """model.position_embeddings=False: no position table, and permuting the tokens permutes
+  """model.position_embeddings='none': no position table, and permuting the tokens permutes
   the outputs (with it, the outputs change)."""
   ids, seg, mask, _ = make_inputs()
   seg, mask = np.zeros_like(seg), np.ones_like(mask)
   perm = np.random.default_rng(3).permutation(ids.shape[1])
   for with_positions in (False, True):
-    cfg = ModelConfig(position_embeddings=with_positions, **TINY)
+    cfg = ModelConfig(position_embeddings='learned' if with_positions else 'none', **TINY)
     model = BertEncoder(cfg)
     params = init(model, (ids, seg, mask))
     assert ('position_embeddings' in params['embeddings']) == with_positions

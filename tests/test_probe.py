@@ -241,7 +241,7 @@ def test_presets_validate():
     # MQAR causal with its own vocabularies; cyclic on one layer without positions.
     assert probe.model_config(cfg, 'standard', 'mqar').causal
     pointer = probe.model_config(cfg, 'standard', 'cyclic')
-    assert pointer.num_layers == 1 and not pointer.position_embeddings
+    assert pointer.num_layers == 1 and pointer.position_embeddings == 'none'
     assert probe.model_config(cfg, 'standard', 'induction').num_layers == cfg.model.num_layers
     # The confounds of issue 33: masa with >= 2 atoms, pairwise's P_h at 1/sqrt(H).
     assert probe.model_config(cfg, 'masa').masa_atoms >= 2

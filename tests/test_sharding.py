@@ -295,6 +295,26 @@ def test_newer_variants_on_a_mesh_train_like_one_device(attention):
   assert_params_close(drop_key_bias(state.params), drop_key_bias(ref_state.params))
 
 
+@pytest.mark.parametrize('attention', ['shared', 'symmetric'])
+def test_rotary_positions_on_a_mesh_train_like_one_device(attention):
+  """Rotary positions turn pairs of columns inside each head; the tensor axis splits the
+  heads, so every pair stays on one device: three steps on a (1,2,4) mesh (4-way tensor, two
+  heads a device) equal three steps on one device, a query phase included."""
+  def rotary(config):
+    config.model.update(position_embeddings='rotary', rope_query_phase=0.5)
+    return no_dropout(config)
+  one = rotary(tiny_config((1, 1, 1), attention))
+  batches = synthetic_batches(one)
+  start = initial_state(one, jax.devices()[:1])
+  assert 'position_embeddings' not in start.params['bert']['embeddings']
+  ref_losses, ref_state, _ = train_steps(one, jax.devices()[:1], batches, start)
+  losses, state, _ = train_steps(rotary(tiny_config((1, 2, 4), attention)), jax.devices(),
+                                 batches, start)
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
+  assert np.all(np.diff(ref_losses) != 0)
+  assert_params_close(state.params, ref_state.params)
+
+
 def test_accumulated_micro_batches_equal_one_larger_batch(one_device_run):
   """4 micro-batches of 4 rows give the update of one batch of 16 rows; here on a (2,2,2)
   mesh with rematerialization on, against one device without."""

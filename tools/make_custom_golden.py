@@ -49,8 +49,16 @@ def cases() -> dict[str, tuple[ModelConfig, dict | None]]:
   for i, variant in enumerate(hf_custom.EXPORTABLE):
     out[variant] = (dataclasses.replace(BASE, attention=variant, pre_layer_norm=bool(i % 2),
                                         num_layers=3 if variant == 'masa' else 2), None)
+  # Every variant with rotary positions (issue 53), two of them with a query phase and one
+  # with another base, in the other LayerNorm placement than its learned-table case.
+  for i, variant in enumerate(hf_custom.EXPORTABLE):
+    rotary = dict(position_embeddings='rotary', pre_layer_norm=not bool(i % 2),
+                  rope_query_phase=0.5 if variant in ('shared', 'symmetric') else 0.0,
+                  rope_theta=100.0 if variant == 'pairwise' else 10000.0)
+    out[f'{variant}_rotary'] = (dataclasses.replace(
+        BASE, attention=variant, num_layers=3 if variant == 'masa' else 2, **rotary), None)
   out['shared_causal'] = (dataclasses.replace(BASE, attention='shared', causal=True), None)
-  out['standard_no_positions'] = (dataclasses.replace(BASE, position_embeddings=False), None)
+  out['standard_no_positions'] = (dataclasses.replace(BASE, position_embeddings='none'), None)
   head = {'num_labels': 3, 'labels': ['a', 'b', 'c'], 'is_regression': False, 'task': 'toy'}
   out['shared_classifier'] = (dataclasses.replace(BASE, attention='shared'), head)
   out['masa_classifier_mean'] = (dataclasses.replace(BASE, attention='masa', num_layers=3),
@@ -72,23 +80,36 @@ def inputs(seed: int) -> dict[str, np.ndarray]:
   ids = rng.integers(5, BASE.vocab_size, (3, 11)).astype(np.int32)
   ids[:, 0] = 2  # [CLS]
   mask = np.ones_like(ids)
-  ids[1, 6:], mask[1, 6:] = 0, 0  # One row with padding.
+  ids[1, 6:], mask[1, 6:] = 0, 0  # Rows of 11, 6 and 9 real tokens.
+  ids[2, 9:], mask[2, 9:] = 0, 0
   segments = np.zeros_like(ids)
   segments[2, 5:] = 1
   return {'input_ids': ids, 'attention_mask': mask, 'token_type_ids': segments}
 
 
-def ours(cfg: ModelConfig, head, params, x) -> np.ndarray:
-  """sharedbert's logits on the same inputs (MLM: at every position)."""
+def ours(cfg: ModelConfig, head, params, x) -> tuple[np.ndarray, list[np.ndarray]]:
+  """sharedbert's logits on the same inputs (MLM: at every position), and each layer's
+  attention probabilities [B, N, T, S] (the softmax of its sown scores)."""
   if head is None:
     positions = np.tile(np.arange(x['input_ids'].shape[1]), (len(x['input_ids']), 1))
-    out = BertForPretraining(cfg).apply({'params': params}, x['input_ids'], x['token_type_ids'],
-                                        x['attention_mask'], positions)
-    return np.asarray(out['mlm_logits'])
-  model = BertForSequenceClassification(cfg, num_labels=head['num_labels'],
-                                        pooling=head.get('pooling', 'cls'))
-  return np.asarray(model.apply({'params': params}, x['input_ids'], x['token_type_ids'],
-                                x['attention_mask']))
+    out, state = BertForPretraining(cfg).apply(
+        {'params': params}, x['input_ids'], x['token_type_ids'], x['attention_mask'],
+        positions, mutable=['attention_logits'])
+    logits = out['mlm_logits']
+  else:
+    model = BertForSequenceClassification(cfg, num_labels=head['num_labels'],
+                                          pooling=head.get('pooling', 'cls'))
+    logits, state = model.apply({'params': params}, x['input_ids'], x['token_type_ids'],
+                                x['attention_mask'], mutable=['attention_logits'])
+  layers = sorted(jax.tree_util.tree_leaves_with_path(state['attention_logits']),
+                  key=lambda kv: int(jax.tree_util.keystr(kv[0]).split('layer_')[1][0]))
+  return np.asarray(logits), [np.asarray(jax.nn.softmax(v, axis=-1)) for _, v in layers]
+
+
+def log_probs(logits: np.ndarray) -> np.ndarray:
+  z = logits.astype(np.float64)
+  z = z - z.max(-1, keepdims=True)
+  return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
 TORCH_SIDE = r'''
@@ -104,16 +125,18 @@ model = auto.from_pretrained(folder, trust_remote_code=True).eval()
 feed = {k: torch.from_numpy(x[k].astype(np.int64))
         for k in ('input_ids', 'attention_mask', 'token_type_ids')}
 with torch.no_grad():
-  out = model(**feed, output_hidden_states=True)
+  out = model(**feed, output_hidden_states=True, output_attentions=True)
 logits = out.logits.numpy()
 hidden = [h.numpy() for h in out.hidden_states]
 assert len(hidden) == config.num_hidden_layers + 1, len(hidden)
+attentions = [a.numpy() for a in out.attentions]
 with tempfile.TemporaryDirectory() as saved:
   model.save_pretrained(saved)
   again = auto.from_pretrained(saved, trust_remote_code=True).eval()
   with torch.no_grad():
     resaved = float(np.max(np.abs(again(**feed).logits.numpy() - logits)))
-np.savez(npz + '.out.npz', logits=logits)
+np.savez(npz + '.out.npz', logits=logits,
+         **{f'attention_{i}': a for i, a in enumerate(attentions)})
 atoms = [n for n, _ in model.named_parameters() if n.endswith('.atoms')]
 print('JSON' + json.dumps({'resaved': resaved, 'atoms': atoms, 'hidden_states': len(hidden),
                            'versions': [transformers.__version__, torch.__version__]}))
@@ -149,17 +172,28 @@ def main():
       report = json.loads(next(l for l in done.stdout.splitlines() if l.startswith('JSON'))[4:])
       theirs = dict(np.load(npz + '.out.npz'))
       config = json.loads(pathlib.Path(folder, 'config.json').read_text())
-    diff = float(np.max(np.abs(theirs['logits'] - ours(cfg, head, params, x))))
-    failed |= diff > TOLERANCE or report['resaved'] > 0
+    logits, attentions = ours(cfg, head, params, x)
+    diff = float(np.max(np.abs(theirs['logits'] - logits)))
+    real = x['attention_mask'].astype(bool) if head is None else slice(None)
+    log_prob_diff = float(np.max(np.abs(log_probs(theirs['logits'])[real]
+                                        - log_probs(logits)[real])))
+    attention_diff = max(float(np.max(np.abs(theirs[f'attention_{i}'] - a)))
+                         for i, a in enumerate(attentions))
+    failed |= (max(diff, log_prob_diff, attention_diff) > TOLERANCE or report['resaved'] > 0
+               or len(attentions) != cfg.num_layers)
     weights = {f'w:{k}': v for k, v in hf_custom.tensors_from_params(params).items()}
     np.savez_compressed(out / f'{name}.npz', **x, **theirs, **weights)
     manifest['cases'][name] = {'config': config, 'max_abs_logit_difference': diff,
+                               'max_abs_log_prob_difference': log_prob_diff,
+                               'max_abs_attention_difference': attention_diff,
+                               'attention_layers': len(attentions),
                                'resaved_difference': report['resaved'],
                                'hidden_states': report['hidden_states'],
                                'atom_tensors': report['atoms']}
     manifest['versions'] = {'transformers': report['versions'][0],
                             'torch': report['versions'][1]}
-    print(f'{name:24s} max |transformers - sharedbert| = {diff:.2e}; after save_pretrained and '
+    print(f'{name:24s} max |transformers - sharedbert|: logits {diff:.2e}, log-probs '
+          f'{log_prob_diff:.2e}, attention {attention_diff:.2e}; after save_pretrained and '
           f'reload: {report["resaved"]:.1e}', flush=True)
   (out / 'manifest.json').write_text(json.dumps(manifest, indent=2, sort_keys=True) + '\n')
   sys.exit(1 if failed else 0)

@@ -159,10 +159,10 @@ def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
   nopos = root / 'nopos'
   add(Case('export without position embeddings (custom code without the table)', sharedbert(
       'convert_hf', 'export', f'--workdir={nopos}', f'--hf_dir={root}/nopos_hf'), 0,
-      check=lambda r: _config(root / 'nopos_hf').get('position_embeddings') is False,
+      check=lambda r: _config(root / 'nopos_hf').get('position_embeddings') == 'none',
       one_line=False),
       lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2',
-                                        '--config.model.position_embeddings=false',
+                                        '--config.model.position_embeddings=none',
                                         f'--workdir={nopos}'),
                              cwd=REPO, env=ENV, capture_output=True, check=True))
   # 10. bench onto a non-UTF-8 --out_md.

@@ -116,9 +116,13 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   m.qk_shared_fraction = 0.5     # partial_qk: fraction of each head's Q/K columns shared.
   m.masa_atoms = 4               # masa: dictionary atoms per projection type.
   m.masa_projections = 'qkvo'    # masa: which projection types use the dictionary.
-  # Probe settings (configs/probe.py); BERT has neither.
+  # Positions: 'learned' (BERT's table), 'rotary' (queries and keys rotated by position,
+  # RoFormer's RoPE; no table, no length limit) or 'none' (an order-free input).
+  m.position_embeddings = 'learned'
+  m.rope_theta = 10000.0         # rotary: base of the frequencies (ModernBERT global: 160,000).
+  m.rope_query_phase = 0.0       # rotary: phi; query i turned by i + phi, key j by j.
+  # Probe setting (configs/probe.py); BERT is bidirectional.
   m.causal = False               # True: token t attends to tokens <= t only.
-  m.position_embeddings = True   # False: no position table (an order-free input).
   return m
 
 

@@ -448,7 +448,8 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
 
 
 # The model settings a custom-code folder decides (all of the architecture).
-CUSTOM_KEYS = ARCHITECTURE_KEYS + ('causal', 'position_embeddings', 'qk_shared_fraction',
+CUSTOM_KEYS = ARCHITECTURE_KEYS + ('causal', 'position_embeddings', 'rope_theta',
+                                   'rope_query_phase', 'qk_shared_fraction',
                                    'masa_atoms', 'masa_projections', 'diag_init',
                                    'diag_init_scheme', 'pairwise_init_std')
 

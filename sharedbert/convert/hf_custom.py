@@ -24,7 +24,7 @@ from safetensors.numpy import save_file
 
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import ModelConfig
+from sharedbert.models.bert import ModelConfig, position_embeddings_value
 from sharedbert.models.masa import masa_num_atoms
 
 MODEL_TYPE = 'sharedbert'
@@ -80,7 +80,8 @@ def config_json(cfg: ModelConfig, head: dict | None = None) -> dict:
       'attention_probs_dropout_prob': cfg.attention_dropout_rate,
       'initializer_range': cfg.initializer_range, 'layer_norm_eps': cfg.layer_norm_eps,
       'pre_layer_norm': cfg.pre_layer_norm, 'causal': cfg.causal,
-      'position_embeddings': cfg.position_embeddings, 'pooling': 'cls',
+      'position_embeddings': cfg.position_embeddings, 'rope_theta': cfg.rope_theta,
+      'rope_query_phase': cfg.rope_query_phase, 'pooling': 'cls',
       'qk_shared_fraction': cfg.qk_shared_fraction,
       'masa_atoms': masa_num_atoms(cfg) if cfg.attention == 'masa' else cfg.masa_atoms,
       'masa_projections': cfg.masa_projections, 'pad_token_id': 0, 'torch_dtype': 'float32',
@@ -119,7 +120,11 @@ def model_config_from_json(hf: dict, where: str = 'config.json') -> ModelConfig:
         attention_dropout_rate=float(hf['attention_probs_dropout_prob']),
         initializer_range=float(hf['initializer_range']),
         layer_norm_eps=float(hf['layer_norm_eps']), pre_layer_norm=bool(hf['pre_layer_norm']),
-        causal=bool(hf['causal']), position_embeddings=bool(hf['position_embeddings']),
+        causal=bool(hf['causal']),
+        # Folders written before rotary existed say true/false.
+        position_embeddings=position_embeddings_value(hf['position_embeddings']),
+        rope_theta=float(hf.get('rope_theta', 10000.0)),
+        rope_query_phase=float(hf.get('rope_query_phase', 0.0)),
         qk_shared_fraction=float(hf['qk_shared_fraction']), masa_atoms=int(hf['masa_atoms']),
         masa_projections=str(hf['masa_projections']),
         **{k: init[k] for k in ('diag_init', 'diag_init_scheme', 'pairwise_init_std')
@@ -198,7 +203,10 @@ def model_card(cfg: ModelConfig, params: dict[str, Any], *, step: int, recipe: d
       f'- {cfg.num_layers} layers, width {cfg.hidden_size}, {cfg.num_heads} heads, FFN '
       f'{cfg.mlp_dim}, {"pre" if cfg.pre_layer_norm else "post"}-LayerNorm'
       + (', causal' if cfg.causal else '') +
-      ('' if cfg.position_embeddings else ', no position embeddings'),
+      {'learned': '', 'none': ', no position embeddings',
+       'rotary': f', rotary positions (theta {cfg.rope_theta:g}'
+                 + (f', query phase {cfg.rope_query_phase:g}' if cfg.rope_query_phase else '')
+                 + ')'}[cfg.position_embeddings],
       f'- parameters: {total:,} in all, {attention_parameters(params):,} in attention',
       f'- trained: step {step}'
       + (f' of {recipe["total_steps"]:,}, batch {recipe["batch_size"]} x {recipe["seq_len"]} '
@@ -224,7 +232,7 @@ def model_card(cfg: ModelConfig, params: dict[str, Any], *, step: int, recipe: d
 def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
   """Whether no transformers architecture computes this model: any variant but standard, a
   causal mask, no position table, or a classifier on the mean of the tokens."""
-  return (cfg.attention != 'standard' or cfg.causal or not cfg.position_embeddings
+  return (cfg.attention != 'standard' or cfg.causal or cfg.position_embeddings != 'learned'
           or (head is not None and head.get('pooling', 'cls') != 'cls'))
 
 

@@ -114,8 +114,9 @@ def hf_config_from_model(cfg: ModelConfig) -> dict:
     raise UserError('this model was trained with model.causal=True (each token sees only '
                     'those before it); Hugging Face BERT and RoBERTa-PreLayerNorm attend both '
                     'ways, so the export would compute something else: keep it in sharedbert')
-  if not cfg.position_embeddings:
-    raise UserError('this model has no position embeddings (model.position_embeddings=False); '
+  if cfg.position_embeddings != 'learned':
+    raise UserError(f'this model has no position table (model.position_embeddings='
+                    f'{cfg.position_embeddings}); '
                     'Hugging Face BERT and RoBERTa-PreLayerNorm always add them, so the export '
                     'would compute something else: keep it in sharedbert')
   kind = model_type(cfg)

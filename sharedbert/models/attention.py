@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from sharedbert.errors import UserError
 from sharedbert.models import dropout as dropout_lib
 from sharedbert.models import fit as fit_lib
+from sharedbert.models import rotary
 
 
 def matmul(m: int, n: int, k: int) -> int:
@@ -313,10 +314,21 @@ class AttentionBase(nn.Module):
     """W_o's kernel [N,H,D] when it comes from outside the layer; None: the layer's own."""
     return None
 
+  @property
+  def rotary(self) -> bool:
+    """Whether queries and keys are rotated by their positions (model.position_embeddings)."""
+    return self.config.position_embeddings == 'rotary'
+
   @nn.compact
   def __call__(self, x, mask, *, deterministic: bool, **kwargs):
+    """x [B,T,D], mask [B,1,1 or T,T] (True: the key may be seen) -> [B,T,D].
+
+    Rotary positions turn the queries and keys that `qkv` returns, at the point where the
+    scores are formed, before either attention path (einsum or fused)."""
     c = self.config
     q, k, v, *value_scale = self.qkv(x, **kwargs)
+    if self.rotary:
+      q, k = rotary.apply(q, k, theta=c.rope_theta, query_phase=c.rope_query_phase)
     if self.is_mutable_collection('intermediates'):
       self.sow('intermediates', 'self_attention_share',
                self_attention_share(q, k, mask, query_scaled=self.query_scaled))
@@ -418,8 +430,12 @@ class SharedAttention(AttentionBase):
     # materialising S*[d_q, d_k, d_v] cut the step's time at D=768 by a tenth; the two folds,
     # with the erf GELU of models/bert.py, took `shared` at D=256 from 1.02-1.03x to
     # 1.06-1.08x `standard` (BENCHMARKS.md, issue 18).
-    query_diag = diag[0] * diag[1] * jnp.asarray(1.0 / math.sqrt(self.head_dim), c.dtype)
-    return s * query_diag, s, s, diag[2]
+    scale = jnp.asarray(1.0 / math.sqrt(self.head_dim), c.dtype)
+    if self.rotary:
+      # The rotation sits between the diagonals (s_i^T D_q R(j-i) D_k s_j), so d_q and d_k
+      # no longer meet as one product: Q = S diag(d_q) / sqrt(H) and K = S diag(d_k) apart.
+      return s * (diag[0] * scale), s * diag[1], s, diag[2]
+    return s * (diag[0] * diag[1] * scale), s, s, diag[2]
 
 
 @register('symmetric')
@@ -474,6 +490,9 @@ class PairwiseAttention(AttentionBase):
     pairwise = self.param('pairwise', nn.with_logical_partitioning(
         nn.initializers.normal(c.pairwise_init_std), ('heads', 'kv', None)),
         (c.num_heads, self.head_dim, self.head_dim), c.param_dtype)
+    # Under rotary positions the rotation comes after P_h (the query is Q_h P_h, the key Q_h):
+    # the score (Q_h,i P_h) R(j-i) Q_h,j^T still depends on positions only through j - i.
+    # Rotated before P_h it would not, as P_h does not commute with the rotations.
     paired = jnp.einsum('BTNH,NHG->BTNG', q, pairwise.astype(c.dtype))
     return paired, q, self.projection('value')(x)
 

@@ -55,9 +55,13 @@ class ModelConfig:
   qk_shared_fraction: float = 0.5
   masa_atoms: int = 4
   masa_projections: str = 'qkvo'
-  # Probe settings (sharedbert/lab/probe.py); BERT has neither.
+  # 'learned': BERT's table added to the input; 'rotary': queries and keys rotated by their
+  # positions (sharedbert/models/rotary.py), no table; 'none': an order-free input.
+  position_embeddings: str = 'learned'
+  rope_theta: float = 10000.0          # rotary: the frequencies' base (RoFormer's 10,000).
+  rope_query_phase: float = 0.0        # rotary: phi, queries turned by (i + phi) * w.
+  # Probe setting (sharedbert/lab/probe.py); BERT is bidirectional.
   causal: bool = False                 # Token t attends to tokens <= t only.
-  position_embeddings: bool = True     # False: no position table; order-free input.
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
@@ -70,6 +74,8 @@ class ModelConfig:
     for key in ('dtype', 'param_dtype'):
       if key in values:
         values[key] = _dtype(values[key])
+    if 'position_embeddings' in values:
+      values['position_embeddings'] = position_embeddings_value(values['position_embeddings'])
     cfg = cls(**values)
     cfg.validate()
     return cfg
@@ -94,6 +100,14 @@ class ModelConfig:
     if self.attention_impl not in ('xla', 'fused', 'cudnn'):
       raise UserError("model.attention_impl must be 'xla', 'fused' or 'cudnn', not "
                       f"{self.attention_impl!r}")
+    if self.position_embeddings == 'rotary' and (self.hidden_size // self.num_heads) % 2:
+      raise UserError(f'model.position_embeddings=rotary turns pairs of columns, so the head '
+                      f'width must be even, not {self.hidden_size // self.num_heads} '
+                      f'(hidden_size {self.hidden_size} / num_heads {self.num_heads})')
+    if self.position_embeddings != 'rotary' and (self.rope_query_phase != 0
+                                                  or self.rope_theta != 10000.0):
+      raise UserError('model.rope_theta and model.rope_query_phase apply to rotary positions '
+                      f'only; model.position_embeddings is {self.position_embeddings!r}')
     if self.attention_impl == 'cudnn' and jnp.dtype(self.dtype) not in (jnp.bfloat16,
                                                                           jnp.float16):
       raise UserError("model.attention_impl='cudnn' needs model.dtype bfloat16 or float16 "
@@ -114,6 +128,18 @@ class ModelConfig:
     d['dtype'] = jnp.dtype(self.dtype).name
     d['param_dtype'] = jnp.dtype(self.param_dtype).name
     return d
+
+
+def position_embeddings_value(value):
+  """model.position_embeddings as one of 'learned', 'rotary', 'none'. The boolean of
+  configs and workdirs written before rotary existed maps one to one (True: the table,
+  False: none); the strings 'true'/'false' of a command line are refused, naming the values."""
+  if value is True or value is False:
+    return 'learned' if value else 'none'
+  if isinstance(value, str) and value.lower() in ('true', 'false', '1', '0', 'yes', 'no'):
+    raise UserError(f'model.position_embeddings={value} is no longer a boolean; use '
+                    "'learned' (the table, the old true), 'rotary' or 'none' (the old false)")
+  return value
 
 
 def _dtype(name):
@@ -182,7 +208,7 @@ class Embeddings(nn.Module):
                                                   'embed')),
                       name=name)
     self.word_embeddings = embed(c.vocab_size, 'word_embeddings')
-    if c.position_embeddings:
+    if c.position_embeddings == 'learned':
       self.position_embeddings = embed(c.max_position_embeddings, 'position_embeddings')
     self.token_type_embeddings = embed(c.type_vocab_size, 'token_type_embeddings')
     self.LayerNorm = layer_norm(c, 'LayerNorm')
@@ -194,7 +220,8 @@ class Embeddings(nn.Module):
     # the table first), that scatter-add rounds at each add, and XLA:GPU runs it as a
     # compare-and-swap loop (openxla/xla#26371; BENCHMARKS.md, GPU).
     length, table_rows = input_ids.shape[1], self.config.max_position_embeddings
-    if length > table_rows:  # A slice past the table would be shorter, not an error.
+    learned = self.config.position_embeddings == 'learned'
+    if learned and length > table_rows:  # A slice past the table would be shorter, not an error.
       raise UserError(f'sequences of {length} tokens exceed model.max_position_embeddings='
                       f'{table_rows}')
     if self.config.one_hot_embeddings:  # The gradient as a product: no contended scatter.
@@ -202,7 +229,7 @@ class Embeddings(nn.Module):
                                      jnp.dtype(self.config.dtype))
     else:
       words = jnp.take(self.word_embeddings.embedding, input_ids, axis=0)
-    if self.config.position_embeddings:
+    if learned:
       positions = self.position_embeddings.embedding[:length][None]  # A slice, no gather.
     else:
       positions = jnp.zeros((), self.config.param_dtype)

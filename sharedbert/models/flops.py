@@ -12,7 +12,9 @@ The accounting of docs/design.md ("Throughput accounting", as MaxText counts it)
     sharedbert/models/attention.py): `shared` one D x D product for Q, K and V, `standard`
     three, `symmetric` two, and so on; work that does not scale with the batch (masa's
     kernels) is its `extra_flops`;
-  - elementwise work (softmax, GELU, LayerNorm, the shared diagonals, dropout), gathers and
+  - rotary positions' rotation of Q and K is counted (3 FLOPs an element forward, as much
+    again backward: `rotary`), so that a rotary model's count includes what it adds;
+  - other elementwise work (softmax, GELU, LayerNorm, the shared diagonals, dropout), gathers and
     the embedding lookups are not counted (but the word table's one-hot gradient product of
     `model.one_hot_embeddings` is), and neither is the [CLS] pooler, whose output the
     MLM loss does not use (XLA removes it from the step).
@@ -28,6 +30,7 @@ import math
 from sharedbert.errors import UserError
 # Each variant's class counts its own products, in the same unit.
 from sharedbert.models.attention import VARIANTS, matmul
+from sharedbert.models import rotary
 
 # Backward = 2x forward, so one training step runs 3x the forward's products.
 TRAIN_MULTIPLIER = 3
@@ -59,6 +62,10 @@ def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int
       'output_projection': matmul(tokens, d, d),
       'ffn': matmul(tokens, f, d) + matmul(tokens, d, f),
   }
+  if getattr(cfg, 'position_embeddings', 'learned') == 'rotary':
+    # Rotary positions turn Q and K (elementwise: rotary.flops), the one elementwise work
+    # counted here, as it is what a rotary model adds to a learned-table one.
+    per_layer['rotary'] = 2 * rotary.flops(tokens, d)
   out = {k: layers * x for k, x in per_layer.items()}
   out.update(variant.extra_flops(cfg))
   out['mlm_transform'] = matmul(mlm_rows, d, d)
@@ -67,10 +74,14 @@ def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int
 
 
 def train_step_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> int:
-  """FLOPs of one training step's matrix products: forward plus backward (3x forward), and
+  """FLOPs of one training step's matrix products: forward plus backward (3x forward; the
+  rotation of rotary positions 2x), and
   with `model.one_hot_embeddings` the word table's gradient, one_hot(ids)^T g (backward only:
   the forward lookup stays a gather)."""
-  total = TRAIN_MULTIPLIER * sum(forward_flops(cfg, batch, seq_len, mlm_rows).values())
+  forward = forward_flops(cfg, batch, seq_len, mlm_rows)
+  # A rotation's backward is one rotation (of the gradient, by -angle): 2x forward in all.
+  rotation = forward.pop('rotary', 0)
+  total = TRAIN_MULTIPLIER * sum(forward.values()) + 2 * rotation
   if getattr(cfg, 'one_hot_embeddings', False):
     total += matmul(batch * seq_len, cfg.vocab_size, cfg.hidden_size)
   return total

@@ -14,7 +14,11 @@ class SharedBertConfig(PretrainedConfig):
   attention_variant   how queries, keys and values are made (modeling_sharedbert.py)
   pre_layer_norm      LayerNorm before each sublayer (and after the last layer), else after
   causal              each token attends to itself and the tokens before it only
-  position_embeddings False: no position table (an order-free input)
+  position_embeddings 'learned' (a table added to the input, BERT's), 'rotary' (queries and
+                      keys turned by their positions, RoFormer's pairs) or 'none' (an
+                      order-free input); true/false, from older folders, mean learned/none
+  rope_theta          rotary: the frequencies' base, w_p = rope_theta^(-2p/H)
+  rope_query_phase    rotary: phi; query i is turned by (i + phi) w_p, key j by j w_p
   pooling             'cls' (BERT's pooler on [CLS]) or 'mean' (real tokens' mean): what the
                       sequence classifier reads
   qk_shared_fraction  partial_qk: the share of each head's query/key columns that is common
@@ -26,11 +30,17 @@ class SharedBertConfig(PretrainedConfig):
                num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                max_position_embeddings=512, type_vocab_size=2, hidden_dropout_prob=0.1,
                attention_probs_dropout_prob=0.1, initializer_range=0.02, layer_norm_eps=1e-12,
-               pre_layer_norm=False, causal=False, position_embeddings=True, pooling='cls',
+               pre_layer_norm=False, causal=False, position_embeddings='learned',
+               rope_theta=10000.0, rope_query_phase=0.0, pooling='cls',
                qk_shared_fraction=0.5, masa_atoms=4, masa_projections='qkvo', pad_token_id=0,
                **kwargs):
     if attention_variant not in VARIANTS:
       raise ValueError(f'attention_variant must be one of {VARIANTS}, not {attention_variant!r}')
+    if position_embeddings is True or position_embeddings is False:
+      position_embeddings = 'learned' if position_embeddings else 'none'
+    if position_embeddings not in ('learned', 'rotary', 'none'):
+      raise ValueError("position_embeddings must be 'learned', 'rotary' or 'none', not "
+                       f"{position_embeddings!r}")
     if pooling not in ('cls', 'mean'):
       raise ValueError(f"pooling must be 'cls' or 'mean', not {pooling!r}")
     super().__init__(pad_token_id=pad_token_id, **kwargs)
@@ -49,6 +59,8 @@ class SharedBertConfig(PretrainedConfig):
     self.pre_layer_norm = pre_layer_norm
     self.causal = causal
     self.position_embeddings = position_embeddings
+    self.rope_theta = rope_theta
+    self.rope_query_phase = rope_query_phase
     self.pooling = pooling
     self.qk_shared_fraction = qk_shared_fraction
     self.masa_atoms = masa_atoms

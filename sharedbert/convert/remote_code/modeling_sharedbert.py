@@ -22,6 +22,14 @@ einsum sharedbert computes. How each variant makes its queries, keys and values:
 
 Scores are Q K^T / sqrt(H), masked keys at float32's minimum, softmax in float32; GELU is
 the exact erf form; LayerNorm parameters are `scale` and `bias`.
+
+Positions (config.position_embeddings): 'learned' adds a table to the input; 'rotary' turns
+each head's column pairs (2p, 2p+1) of the queries and keys, just before the scores, by
+(t + phi) w_p for queries and t w_p for keys, w_p = rope_theta^(-2p/H) (RoFormer's pairs;
+phi = rope_query_phase); for shared that is Q = S diag(d_q), K = S diag(d_k), and for
+pairwise the query Q_h P_h and the key Q_h. Rotary scores depend on positions only through
+their difference, so left and right padding give the same outputs at the real tokens; with
+a learned table they do not (the table is indexed from the row's first slot).
 """
 
 import math
@@ -34,6 +42,23 @@ from transformers.modeling_outputs import (BaseModelOutputWithPooling, MaskedLMO
                                            SequenceClassifierOutput)
 
 from .configuration_sharedbert import SharedBertConfig
+
+
+def rotary_angles(length, head_width, theta, phase, device):
+  """(t + phase) * theta^(-2p/H) for t < length: float32 [length, H/2], computed in float64
+  as sharedbert does."""
+  t = torch.arange(length, dtype=torch.float64, device=device) + phase
+  w = theta ** (-torch.arange(0, head_width, 2, dtype=torch.float64, device=device) / head_width)
+  return (t[:, None] * w[None, :]).float()
+
+
+def rotate(x, angle):
+  """x [B, T, N, H] with its column pairs (2p, 2p+1) turned by angle [T, H/2]."""
+  cos = torch.cos(angle).to(x.dtype)[None, :, None, :]
+  sin = torch.sin(angle).to(x.dtype)[None, :, None, :]
+  pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
+  even, odd = pairs[..., 0], pairs[..., 1]
+  return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).reshape(x.shape)
 
 
 def gelu(x):
@@ -126,6 +151,8 @@ class Attention(nn.Module):
     super().__init__()
     self.variant = config.attention_variant
     self.layer_index = layer_index
+    self.rotary = config.position_embeddings == 'rotary'
+    self.rope_theta, self.rope_query_phase = config.rope_theta, config.rope_query_phase
     d, n = config.hidden_size, config.num_attention_heads
     h = d // n
     self.heads, self.head_width = n, h
@@ -199,15 +226,23 @@ class Attention(nn.Module):
     raise ValueError(v)
 
   def forward(self, x, mask, dictionary=None):
-    """x [B, T, D]; mask [B, 1, T or 1, S], True where a query may see a key."""
+    """x [B, T, D]; mask [B, 1, T or 1, S], True where a query may see a key. Returns the
+    output [B, T, D] and the attention probabilities [B, N, T, S]."""
     q, k, v = self.qkv(x, dictionary)
+    if self.rotary:
+      length, width = x.shape[1], q.shape[-1]
+      key_angle = rotary_angles(length, width, self.rope_theta, 0.0, x.device)
+      query_angle = (rotary_angles(length, width, self.rope_theta, self.rope_query_phase,
+                                   x.device) if self.rope_query_phase else key_angle)
+      q, k = rotate(q, query_angle), rotate(k, key_angle)
     scores = torch.einsum('btnh,bsnh->bnts', q.float(), k.float()) / math.sqrt(q.shape[-1])
     scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
-    probs = self.dropout(torch.softmax(scores, dim=-1)).to(v.dtype)
+    attention = torch.softmax(scores, dim=-1)
+    probs = self.dropout(attention).to(v.dtype)
     out = torch.einsum('bnts,bsnh->btnh', probs, v)
     kernel = (dictionary.o.kernel(self.layer_index)
               if dictionary is not None and hasattr(dictionary, 'o') else None)
-    return self.out(out, kernel)
+    return self.out(out, kernel), attention
 
 
 class FeedForward(nn.Module):
@@ -233,11 +268,14 @@ class EncoderLayer(nn.Module):
     self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
   def forward(self, x, mask, dictionary=None):
+    """The layer's output [B, T, D] and its attention probabilities [B, N, T, S]."""
     if self.pre_layer_norm:
-      x = x + self.dropout(self.attention(self.attention_norm(x), mask, dictionary))
-      return x + self.dropout(self.mlp(self.output_norm(x)))
-    x = self.attention_norm(x + self.dropout(self.attention(x, mask, dictionary)))
-    return self.output_norm(x + self.dropout(self.mlp(x)))
+      attended, attention = self.attention(self.attention_norm(x), mask, dictionary)
+      x = x + self.dropout(attended)
+      return x + self.dropout(self.mlp(self.output_norm(x))), attention
+    attended, attention = self.attention(x, mask, dictionary)
+    x = self.attention_norm(x + self.dropout(attended))
+    return self.output_norm(x + self.dropout(self.mlp(x))), attention
 
 
 class Embed(nn.Module):
@@ -252,7 +290,7 @@ class Embeddings(nn.Module):
   def __init__(self, config):
     super().__init__()
     self.word_embeddings = Embed(config.vocab_size, config.hidden_size)
-    if config.position_embeddings:
+    if config.position_embeddings in ('learned', True):
       self.position_embeddings = Embed(config.max_position_embeddings, config.hidden_size)
     self.token_type_embeddings = Embed(config.type_vocab_size, config.hidden_size)
     self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
@@ -300,7 +338,9 @@ class SharedBertModel(SharedBertPreTrainedModel):
     self.post_init()
 
   def forward(self, input_ids=None, attention_mask=None, token_type_ids=None,
-              output_hidden_states=None, return_dict=None, **kwargs):
+              output_hidden_states=None, output_attentions=None, return_dict=None, **kwargs):
+    """As BertModel: hidden_states (L + 1 of [B, T, D]) and attentions (L of [B, N, T, S],
+    the softmax probabilities) when asked for."""
     if attention_mask is None:
       attention_mask = torch.ones_like(input_ids)
     if token_type_ids is None:
@@ -312,17 +352,19 @@ class SharedBertModel(SharedBertPreTrainedModel):
                                device=input_ids.device).tril()[None, None]
     dictionary = getattr(self, 'shared_attention', None)
     x = self.embeddings(input_ids, token_type_ids)
-    hidden_states = [x]
+    hidden_states, attentions = [x], []
     for i in range(self.config.num_hidden_layers):
-      x = getattr(self, f'layer_{i}')(x, mask, dictionary)
+      x, attention = getattr(self, f'layer_{i}')(x, mask, dictionary)
       hidden_states.append(x)
+      attentions.append(attention)
     if self.config.pre_layer_norm:
       x = self.final_norm(x)
       hidden_states[-1] = x
     pooled = torch.tanh(self.pooler(x[:, 0]))
     return BaseModelOutputWithPooling(
         last_hidden_state=x, pooler_output=pooled,
-        hidden_states=tuple(hidden_states) if output_hidden_states else None)
+        hidden_states=tuple(hidden_states) if output_hidden_states else None,
+        attentions=tuple(attentions) if output_attentions else None)
 
 
 class MLMHead(nn.Module):
@@ -347,15 +389,17 @@ class SharedBertForMaskedLM(SharedBertPreTrainedModel):
     self.post_init()
 
   def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
-              output_hidden_states=None, return_dict=None, **kwargs):
+              output_hidden_states=None, output_attentions=None, return_dict=None, **kwargs):
     out = self.bert(input_ids, attention_mask, token_type_ids,
-                    output_hidden_states=output_hidden_states)
+                    output_hidden_states=output_hidden_states,
+                    output_attentions=output_attentions)
     logits = self.mlm_head(out.last_hidden_state, self.bert.embeddings.word_embeddings.embedding)
     loss = None
     if labels is not None:
       loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1),
                              ignore_index=-100)
-    return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+    return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                          attentions=out.attentions)
 
 
 class SharedBertForSequenceClassification(SharedBertPreTrainedModel):
@@ -369,11 +413,12 @@ class SharedBertForSequenceClassification(SharedBertPreTrainedModel):
     self.post_init()
 
   def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
-              output_hidden_states=None, return_dict=None, **kwargs):
+              output_hidden_states=None, output_attentions=None, return_dict=None, **kwargs):
     if attention_mask is None:
       attention_mask = torch.ones_like(input_ids)
     out = self.bert(input_ids, attention_mask, token_type_ids,
-                    output_hidden_states=output_hidden_states)
+                    output_hidden_states=output_hidden_states,
+                    output_attentions=output_attentions)
     if self.config.pooling == 'mean':
       m = attention_mask.to(out.last_hidden_state.dtype)[:, :, None]
       pooled = (out.last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1.0)
@@ -386,7 +431,8 @@ class SharedBertForSequenceClassification(SharedBertPreTrainedModel):
         loss = F.mse_loss(logits.squeeze(-1), labels.float())
       else:
         loss = F.cross_entropy(logits, labels)
-    return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+    return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                    attentions=out.attentions)
 
 
 # So that save_pretrained of a loaded model writes these files and the auto_map again.
