@@ -18,6 +18,9 @@ Presets (the word after the colon):
   smoke  standard and shared (one layer) on every task for 20 steps of batch 8, 2 seeds: the whole
          machinery (sweep, gate, ceiling, figures, resume) in about two minutes, nearly all
          of it compiling; nothing learns. tests/test_probe.py runs it.
+  mirror direction in positions (issue 53): standard, shared, symmetric and kv_shared on the
+         `mirror` task with learned, rotary and rotary + query-phase positions, 3 seeds, one
+         layer, 1,200 steps of batch 32. docs/probe_mirror/report.md is its reference run.
   gpu    not yet run on a GPU: sizes and steps are a starting point, not a measured budget.
          L=4, D=128, 4 heads, sequences of 128 tokens, larger vocabularies, more pairs,
          5 seeds, 4,000 steps at batch 128.
@@ -33,7 +36,7 @@ from sharedbert.models import attention as attention_lib
 
 # Every registered variant, so that one added later is probed too.
 VARIANTS = tuple(attention_lib.VARIANTS)
-PRESETS = ('cpu', 'smoke', 'gpu')
+PRESETS = ('cpu', 'smoke', 'mirror', 'gpu')
 
 
 def get_config(arg=None):
@@ -82,6 +85,14 @@ def get_config(arg=None):
       model=ml_collections.ConfigDict(pointer_model)))
   config.cyclic_nearest = ml_collections.ConfigDict(dict(
       model=ml_collections.ConfigDict(pointer_model)))
+  # Direction in positions: three copies of one symbol, point at the later one, once per
+  # position arm (learned table; rotary; rotary with the queries turned by phi = query_phase
+  # more positions). phi = 1: with H = 32 and theta = 10,000 the pairs with w_p < pi/8 turn
+  # every distance up to 8 by less than pi, and on those a Q = K score gives the later copy
+  # sum_p |q_p|^2 2 sin(d w_p) sin(w_p) more than the earlier one, positive (probe_tasks).
+  config.mirror = ml_collections.ConfigDict(dict(
+      model=ml_collections.ConfigDict(pointer_model), max_distance=8,
+      positions=('learned', 'rotary', 'phase'), query_phase=1.0))
   config.directed = ml_collections.ConfigDict(dict(context_len=10, num_queries=6))
   config.induction = ml_collections.ConfigDict(dict(context_len=10, num_queries=6))
   config.majority = ml_collections.ConfigDict(dict(length=16, num_symbols=4, margin=2))
@@ -136,6 +147,9 @@ def get_config(arg=None):
     config.batch_size = 8
     config.optim.warmup_steps = 2
     config.model.num_layers = 1  # Nothing learns in 20 steps; one layer compiles faster.
+  if preset == 'mirror':
+    config.variants = ('standard', 'shared', 'symmetric', 'kv_shared')
+    config.tasks = ('mirror',)
   if preset == 'gpu':
     config.seeds = 5
     config.workers = 1

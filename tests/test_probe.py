@@ -137,7 +137,7 @@ def test_random_batches_are_consistent(task):
   b = pt.generate(task, cfg, np.random.default_rng(1), 64, probe.num_slots(cfg))
   for i in range(64):
     ids = b.input_ids[i]
-    sep = list(ids).index(pt.SEP) if task not in ('majority', 'mqar') else None
+    sep = list(ids).index(pt.SEP) if task not in ('majority', 'mqar', 'mirror') else None
     for pos, label, w, kind in zip(b.positions[i], b.labels[i], b.weights[i], b.kinds[i]):
       if not w:
         continue
@@ -153,6 +153,12 @@ def test_random_batches_are_consistent(task):
         step = -1 if ids[pos - 1] == pt.BEFORE else 1
         assert kind == (step == -1)
         assert ids[list(ids[:sep]).index(ids[pos]) + step] == label
+      elif task == 'mirror':
+        # Three copies of one symbol, equally spaced; the label is the later one.
+        copies = [j for j in range(len(ids)) if ids[j] >= pt.NUM_SPECIAL]
+        distance = pos - copies[0]
+        assert copies == [pos - distance, pos, pos + distance] and label == pos + distance
+        assert len(set(ids[copies])) == 1 and 1 <= distance <= cfg.mirror.max_distance
       elif task in pt.POINTER_TASKS:
         # Brute force: walk round the cycle from the query to the first shown symbol (or,
         # for the control, outwards both ways to the nearer one).
@@ -478,3 +484,70 @@ def test_bad_config_is_one_line_exit_2(tmp_path):
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines()[-1].startswith('sharedbert probe: error: config.mqar')
   assert not (tmp_path / 'w').exists()
+
+
+def test_mirror_arms_set_the_positions_and_their_ceilings():
+  cfg = _config('mirror')
+  probe.validate(cfg)
+  assert probe.task_ids(cfg) == ['mirror_learned', 'mirror_rotary', 'mirror_phase']
+  models = {t: probe.model_config(cfg, 'symmetric', t) for t in probe.task_ids(cfg)}
+  assert [(m.position_embeddings, m.rope_query_phase, m.num_layers) for m in models.values()] \
+      == [('learned', 0.0, 1), ('rotary', 0.0, 1), ('rotary', cfg.mirror.query_phase, 1)]
+  assert [pt.symmetric_ceiling(t, cfg) for t in probe.task_ids(cfg)] == [None, 0.5, 0.5]
+  # Under rotary, only Q = K without a phase keeps a symmetric score matrix.
+  symmetric = {t: probe_report.symmetric_score_variants(cfg, t) for t in probe.task_ids(cfg)}
+  assert {'shared', 'symmetric', 'single'} <= symmetric['mirror_learned']
+  assert symmetric['mirror_rotary'] == {'symmetric', 'single'}
+  assert symmetric['mirror_phase'] == set()
+  # The cpu preset's runs keep their fingerprint: mirror is hashed only when it runs.
+  plain = _config()
+  without = probe.config_hash(plain)
+  plain.mirror.query_phase = 2.0
+  assert probe.config_hash(plain) == without
+
+
+@pytest.mark.parametrize('variant,arm,at_half', [
+    ('symmetric', 'rotary', True), ('single', 'rotary', True), ('shared', 'rotary', False),
+    ('symmetric', 'phase', False), ('standard', 'rotary', False)])
+def test_mirror_ties_a_symmetric_rotary_score_on_every_row(variant, arm, at_half):
+  """An untrained Q = K model under rotary positions scores the two copies equally on every
+  row, so its accuracy is exactly 1/2 (ties count half); shared's diagonals, a query phase or
+  standard's two projections leave almost no row tied."""
+  import jax
+  cfg = _config('mirror')
+  task = f'mirror_{arm}'
+  trainer = probe.Trainer(cfg, variant, task)
+  state = trainer.init(jax.random.key(0), jax.random.key(1))
+  batch = probe.eval_set(cfg, task, 0)
+  right, count, _, _ = trainer.evaluate(state.params, batch)
+  accuracy = float(right) / float(count)
+  scores = np.asarray(probe.first_layer_scores(trainer.model, state.params, batch))[:, 0]
+  rows = np.arange(len(scores))
+  label = scores[rows, batch['labels'][:, 0]]
+  other = scores[rows, 2 * batch['positions'][:, 0] - batch['labels'][:, 0]]
+  tied = np.abs(label - other) <= 1e-4 * (1 + np.abs(label))
+  if at_half:
+    assert accuracy == 0.5 and tied.all()
+  else:
+    assert tied.mean() < 0.05
+
+
+def test_mirror_verdicts_on_hand_made_seeds():
+  from sharedbert.lab import probe_direction
+  def entry(mean_by_variant):
+    return {'symmetric_ceiling': 0.5, 'by_variant': {
+        v: {'accuracy': a, 'mean': float(np.mean(a))} for v, a in mean_by_variant.items()}}
+  tasks = {'mirror_rotary': entry({'shared': [0.9, 0.95, 0.97], 'symmetric': [0.5] * 3}),
+           'mirror_phase': entry({'symmetric': [0.52, 0.6, 0.5]})}
+  verdicts = {(v['variant'], v['positions']): v['verdict']
+              for v in probe_direction.verdicts(tasks)}
+  # symmetric + phase: mean 0.54 < 0.55, so not past the ceiling by the margin.
+  assert verdicts == {('shared', 'rotary'): 'confirmed', ('symmetric', 'rotary'): 'confirmed',
+                      ('symmetric', 'phase'): 'refuted'}
+  tasks['mirror_rotary']['by_variant']['symmetric'] = {'accuracy': [0.5, 0.7, 0.5],
+                                                       'mean': 0.5667}
+  tasks['mirror_rotary']['by_variant']['shared'] = {'accuracy': [0.5, 0.5, 0.5], 'mean': 0.5}
+  verdicts = {(v['variant'], v['positions']): v['verdict']
+              for v in probe_direction.verdicts(tasks)}
+  assert verdicts[('symmetric', 'rotary')] == 'refuted'
+  assert verdicts[('shared', 'rotary')] == 'refuted'

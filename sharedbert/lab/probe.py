@@ -129,10 +129,13 @@ def validate(config) -> None:
 
 
 def task_model(config, task: str | None) -> dict:
-  """A task's own model keys (config.<task>.model, e.g. cyclic's one layer), or {}."""
-  if task is None or 'model' not in config[task]:
+  """A task's own model keys (config.<task>.model, e.g. cyclic's one layer), and those of
+  its id's position arm (mirror_rotary's positions), or {}."""
+  if task is None:
     return {}
-  return dict(config[task].model)
+  base = base_task(task)
+  own = dict(config[base].model) if 'model' in config[base] else {}
+  return {**own, **probe_tasks.position_keys(config, task)}
 
 
 def model_config(config, variant: str, task: str | None = None):
@@ -146,7 +149,7 @@ def model_config(config, variant: str, task: str | None = None):
       raise UserError(f'config.model.{key} is set by the probe (config.variants, '
                       'config.vocab_size, config.seq_len); remove it')
     m[key] = value
-  symbols = probe_tasks.num_symbols(task, config) if task else int(config.vocab_size)
+  symbols = probe_tasks.num_symbols(base_task(task), config) if task else int(config.vocab_size)
   m.vocab_size = probe_tasks.model_vocab_size(symbols)
   m.max_position_embeddings = int(config.seq_len)
   return ModelConfig.from_config(m)
@@ -176,6 +179,8 @@ def config_hash(config) -> str:
   d = json.loads(config.to_json_best_effort())
   for key in _RUN_SELECTION_KEYS:
     d.pop(key, None)
+  if 'mirror' not in config.tasks:  # Added later: probes without it keep their runs.
+    d.pop('mirror', None)
   return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -239,7 +244,10 @@ class Trainer:
     if lr is not None:
       optim.lr = float(lr)
     self.tx, _ = optim_lib.make_optimizer(optim, int(config.total_steps))
-    pointer = task in probe_tasks.POINTER_TASKS
+    pointer = task is not None and base_task(task) in probe_tasks.POINTER_TASKS
+    # mirror: a Q = K rotary score ties its two candidates exactly, and float rounding, not
+    # the model, would pick one; a tie (within 1e-4 of the scores' size) counts half.
+    ties_count_half = task is not None and base_task(task) == 'mirror'
     tx = self.tx
     dropout = self.model_cfg.dropout_rate > 0 or self.model_cfg.attention_dropout_rate > 0
     seq_len, slots = int(config.seq_len), num_slots(config)
@@ -273,7 +281,14 @@ class Trainer:
 
     def evaluate(params, batch):
       logits = logits_of(params, batch, None)
-      correct = (jnp.argmax(logits, -1) == batch['labels']) * batch['weights']
+      correct = (jnp.argmax(logits, -1) == batch['labels']).astype(jnp.float32)
+      if ties_count_half:
+        label = jnp.take_along_axis(logits, batch['labels'][..., None], -1)[..., 0]
+        others = jnp.where(jnp.arange(logits.shape[-1]) == batch['labels'][..., None],
+                           -jnp.inf, logits).max(-1)
+        tie = jnp.abs(label - others) <= 1e-4 * (1.0 + jnp.abs(label))
+        correct = jnp.where(tie, 0.5, correct)
+      correct = correct * batch['weights']
       by_kind = [jnp.sum(correct * (batch['kinds'] == k)) for k in range(2)]
       count = [jnp.sum(batch['weights'] * (batch['kinds'] == k)) for k in range(2)]
       return jnp.sum(correct), jnp.sum(batch['weights']), jnp.stack(by_kind), jnp.stack(count)
@@ -364,11 +379,11 @@ def train_job(config, workdir: str, job: Job, fingerprint: str) -> dict:
   """Trains one run from scratch and writes its file; in any process."""
   base = base_task(job.task)
   cfg = task_config(config, job.task)
-  key = (job.variant, base in probe_tasks.POINTER_TASKS,
-         json.dumps(task_model(config, base), sort_keys=True),
+  key = (job.variant, base in probe_tasks.POINTER_TASKS, base == 'mirror',
+         json.dumps(task_model(config, job.task), sort_keys=True),
          probe_tasks.num_symbols(base, config), job.lr)
   if key not in _TRAINERS:
-    _TRAINERS[key] = Trainer(config, job.variant, base, job.lr)
+    _TRAINERS[key] = Trainer(config, job.variant, job.task, job.lr)
     _TRAINERS[key].counts = parameter_counts(_TRAINERS[key].model_cfg)
   trainer = _TRAINERS[key]
   t_run = time.time()

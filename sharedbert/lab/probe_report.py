@@ -13,6 +13,7 @@ Conventions (also written into the report):
 from __future__ import annotations
 
 import os
+import types
 
 import numpy as np
 from scipy import stats as sp_stats
@@ -20,7 +21,7 @@ from scipy import stats as sp_stats
 from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
 from sharedbert.metrics import stats
-from sharedbert.lab import probe_tasks
+from sharedbert.lab import probe_direction, probe_tasks
 from sharedbert.models import attention as attention_lib
 
 REFERENCE = 'standard'
@@ -42,11 +43,19 @@ def task_knobs(config, task: str) -> dict:
   base = probe_tasks.base_task(task)
   if base not in cfg:
     return {}
-  return {k: (dict(v) if hasattr(v, 'items') else v) for k, v in cfg[base].items()}
+  knobs = {k: (dict(v) if hasattr(v, 'items') else v) for k, v in cfg[base].items()}
+  if base == 'mirror':  # The arm's positions, not the list of arms.
+    knobs = {**knobs, 'model': {**knobs['model'], **probe_tasks.position_keys(config, task)}}
+    knobs.pop('positions')
+  return knobs
 
 
-def symmetric_score_variants() -> set[str]:
-  return {n for n, cls in attention_lib.VARIANTS.items() if cls.symmetric_scores}
+def symmetric_score_variants(config=None, task: str = '') -> set[str]:
+  """The variants whose score matrices are symmetric on `task` (mirror's arms set the
+  positions; under rotary only Q = K without a query phase stays symmetric)."""
+  keys = probe_tasks.position_keys(config, task) if config is not None else {}
+  return {n for n, cls in attention_lib.VARIANTS.items()
+          if cls.symmetric_score_matrix(types.SimpleNamespace(**keys))}
 
 
 # A symmetric-score variant "at the ceiling": its mean within this of the derived value.
@@ -64,7 +73,6 @@ def summarize(config, runs: dict, chosen: dict | None = None, sweeps: dict | Non
   # Older workdirs' configs predate these keys: the defaults of configs/probe.py.
   min_difference = float(config.get('min_difference', 0.02))
   gate = float(config.get('gate', 0.90))
-  symmetric = symmetric_score_variants()
   out = {'tasks': {}, 'parameters': dict(parameters or {}), 'confidence': confidence,
          'min_difference': min_difference, 'ceiling': CEILING}
   for task in probe_tasks.task_ids(config):
@@ -72,9 +80,11 @@ def summarize(config, runs: dict, chosen: dict | None = None, sweeps: dict | Non
     entry = {'chance': probe_tasks.chance(base, probe_tasks.task_config(config, task)),
              'knobs': task_knobs(config, task), 'swept': probe_tasks.swept(config, task),
              'by_variant': {}}
-    if probe_tasks.symmetric_ceiling(base) is not None:
-      entry['symmetric_ceiling'] = probe_tasks.symmetric_ceiling(base)
-      entry['symmetric_bound'] = probe_tasks.symmetric_bound(base)
+    ceiling_task = task if base == 'mirror' else base
+    if probe_tasks.symmetric_ceiling(ceiling_task, config) is not None:
+      entry['symmetric_ceiling'] = probe_tasks.symmetric_ceiling(ceiling_task, config)
+      entry['symmetric_bound'] = probe_tasks.symmetric_bound(ceiling_task, config)
+    symmetric = symmetric_score_variants(config, task)
     for variant in config.variants:
       done = [runs[variant, task, s] for s in seeds if (variant, task, s) in runs]
       if not done:
@@ -99,6 +109,8 @@ def summarize(config, runs: dict, chosen: dict | None = None, sweeps: dict | Non
     out['tasks'][task] = entry
   if 'mqar' in out['tasks']:
     _mqar_gate(config, out['tasks'], gate)
+  if any(t.startswith('mirror_') for t in out['tasks']):
+    out['mirror_predictions'] = probe_direction.verdicts(out['tasks'])
   for task, entry in out['tasks'].items():
     ref = entry['by_variant'].get(REFERENCE)
     if ref is None or not entry.get('compared', True):
@@ -447,7 +459,8 @@ def render(config, summary: dict, timing: dict) -> str:
 
   lines += _sweep_section(summary, variants)
   lines += _pairs_section(summary, variants)
-  lines += _ceiling_section(summary, variants)
+  lines += (probe_direction.ceiling_section(summary, variants)
+            + probe_direction.mirror_section(summary, variants))
   lines += ['## What each task shows', '',
             'Written by sharedbert/lab/probe_report.py from the numbers above.', '']
   for t in tasks:
@@ -518,33 +531,6 @@ def _pairs_section(summary: dict, variants) -> list[str]:
           _table(['variant'] + [f'{p} pairs' for p in pairs], rows) + [''])
 
 
-def _ceiling_section(summary: dict, variants) -> list[str]:
-  tasks = [t for t, e in summary['tasks'].items() if 'symmetric_ceiling' in e]
-  if not tasks:
-    return []
-  lines = []
-  for t in tasks:
-    entry = summary['tasks'][t]
-    control = summary['tasks'].get(f'{t}_nearest')
-    rows = []
-    for v in variants:
-      e = entry['by_variant'].get(v)
-      if e is None:
-        continue
-      c = control['by_variant'].get(v) if control else None
-      rows.append([f'`{v}`', 'yes' if e['symmetric_scores'] else 'no',
-                   f'{_f(e["mean"])} ± {_f(e["std"])}',
-                   '–' if c is None else f'{_f(c["mean"])} ± {_f(c["std"])}'])
-    lines += [f'## Direction: `{t}` against its ceiling', '',
-              f'A symmetric score ends at {_f(entry["symmetric_ceiling"])} when trained (the '
-              f'loss\'s minimum; docs/probes.md derives it) and can never pass '
-              f'{_f(entry["symmetric_bound"])}. The control asks for the nearer symbol, a '
-              'symmetric relation.', '']
-    lines += _table(['variant', 'symmetric scores', f'`{t}` (successor)',
-                     f'`{t}_nearest` (control)'], rows) + ['']
-  return lines
-
-
 def _t_quantile(confidence: float, n: int) -> float:
   return float(sp_stats.t.ppf(0.5 + confidence / 2, max(n - 1, 1)))
 
@@ -562,7 +548,8 @@ def _json_ready(summary: dict, config, timing: dict) -> dict:
                     'model': dict(config.model)},
          'timing': timing, 'confidence': summary['confidence'],
          'min_difference': summary['min_difference'],
-         'parameters': summary['parameters'], 'tasks': {}}
+         'parameters': summary['parameters'], 'tasks': {},
+         **{k: summary[k] for k in ('mirror_predictions',) if k in summary}}
   for task, entry in summary['tasks'].items():
     t = {k: entry[k] for k in ('chance', 'knobs', 'swept', 'symmetric_ceiling',
                                'symmetric_bound', 'gate', 'gate_passed', 'by_pairs',

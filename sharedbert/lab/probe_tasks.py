@@ -37,6 +37,25 @@ Tasks (configs/probe.py holds their difficulty knobs):
              nearer to the query round the cycle in either direction (ties are not drawn). The
              relation is symmetric, so symmetric scores can express it: a variant that fails
              here fails for another reason than symmetry.
+  mirror     direction in positions, isolated (issue 53): one symbol x three times, at
+             i - d, i and i + d (1 <= d <= `max_distance`, i at random), every other slot
+             padding; predict, by the same pointer readout from position i, the copy after it.
+             The content is the same at all three places, so only positions can answer. It
+             runs once per arm of `positions` (task ids mirror_learned, mirror_rotary,
+             mirror_phase: model.position_embeddings learned, rotary, and rotary with
+             model.rope_query_phase = `query_phase`). Under rotary positions with phi = 0 a
+             symmetric score matrix (Q = K: symmetric, single) scores the two copies
+             q^T R(d) q and q^T R(-d) q, equal because x^T A x = x^T A^T x: every row is a
+             tie, and a tie counts half, so its accuracy is exactly 1/2 trained or not
+             (`symmetric_ceiling`, `symmetric_bound`). shared's rotary score
+             s^T D_q R(d) D_k s is not symmetric in d where d_q and d_k differ inside a
+             rotated pair, so it can answer; so can Q = K with phi != 0: the two copies
+             score sum_p |q_p|^2 cos((d -+ phi) w_p), and phi > 0 brings the later copy
+             nearer. With a learned table the ceiling does not apply: a key term h(j)
+             decreasing or increasing in the absolute position j answers through the bias.
+             Under rotary positions the cyclic task's ceiling does not apply either: its
+             shown symbols sit at offsets -3 and -2 from the query, and a Q = K score at a
+             fixed offset d, q_x^T R(d) q_y, is not symmetric in the symbols x, y.
   directed   a sequence of L distinct symbols, then Q queries "AFTER x" or "BEFORE x";
              predict the symbol right after (before) x. A symmetric score can still answer
              through the absolute position embeddings, the FFN and the residual, so this
@@ -65,8 +84,10 @@ from sharedbert.errors import UserError
 PAD, CLS, SEP, AFTER, BEFORE, MASK = range(6)
 NUM_SPECIAL = 6
 SPECIAL_NAMES = ('PAD', 'CLS', 'SEP', 'AFTER', 'BEFORE', 'MASK')
-TASKS = ('mqar', 'cyclic', 'cyclic_nearest', 'directed', 'induction', 'majority')
-POINTER_TASKS = ('cyclic', 'cyclic_nearest')  # Labels are positions (module docstring).
+TASKS = ('mqar', 'cyclic', 'cyclic_nearest', 'mirror', 'directed', 'induction', 'majority')
+POINTER_TASKS = ('cyclic', 'cyclic_nearest', 'mirror')  # Labels are positions (docstring).
+# mirror's arms: task id suffix -> what it sets on the model (besides mirror.model).
+POSITION_ARMS = ('learned', 'rotary', 'phase')
 DIRECTIONS = ('after', 'before')  # The directed task's kinds, in `kind` order.
 
 
@@ -105,6 +126,9 @@ def task_ids(config) -> list[str]:
   pairs as `mqar_p<N>`."""
   out = []
   for task in config.tasks:
+    if task == 'mirror':  # One id per position arm, no plain one.
+      out += [f'mirror_{arm}' for arm in config.mirror.positions]
+      continue
     out.append(task)
     if task == 'mqar':
       out += [f'mqar_p{int(p)}' for p in config.mqar.get('more_pairs', ())]
@@ -112,12 +136,28 @@ def task_ids(config) -> list[str]:
 
 
 def base_task(task_id: str) -> str:
-  return 'mqar' if task_id.startswith('mqar_p') else task_id
+  if task_id.startswith('mqar_p'):
+    return 'mqar'
+  return 'mirror' if task_id.startswith('mirror_') else task_id
+
+
+def position_keys(config, task_id: str) -> dict:
+  """The model keys a task id's position arm sets (mirror's), or {}."""
+  if not task_id.startswith('mirror_'):
+    return {}
+  arm = task_id[len('mirror_'):]
+  if arm == 'learned':
+    return {'position_embeddings': 'learned'}
+  if arm == 'rotary':
+    return {'position_embeddings': 'rotary', 'rope_query_phase': 0.0}
+  return {'position_embeddings': 'rotary',
+          'rope_query_phase': float(config.mirror.query_phase)}
 
 
 def task_config(config, task_id: str):
-  """The config a task id's data comes from: `config`, or a copy with its own pairs."""
-  if task_id == base_task(task_id):
+  """The config a task id's data comes from: `config`, or a copy with its own pairs (mirror's
+  arms share their data; they differ in the model, `position_keys`)."""
+  if not task_id.startswith('mqar_p'):
     return config
   cfg = copy.deepcopy(config)
   cfg.mqar.num_pairs = int(task_id[len('mqar_p'):])
@@ -167,6 +207,13 @@ def check(name: str, cfg) -> None:
     per_query = 2 if name == 'directed' else 1
     need(2 + t.context_len + per_query * t.num_queries <= seq_len, 'context_len',
          f'2 + context_len + {per_query} * num_queries <= seq_len')
+  elif name == 'mirror':
+    need(1 <= t.max_distance and 3 + 2 * t.max_distance <= seq_len, 'max_distance',
+         '1 <= max_distance and 3 + 2 * max_distance <= seq_len')
+    unknown = set(t.positions) - set(POSITION_ARMS)
+    if unknown or not t.positions:
+      raise UserError(f'config.mirror.positions={tuple(t.positions)}: choose among '
+                      f'{", ".join(POSITION_ARMS)}')
   elif name in POINTER_TASKS:
     # cyclic_nearest draws triples without ties, which needs two distinct distances.
     low = 3 if name == 'cyclic' else 4
@@ -191,15 +238,23 @@ def chance(name: str, cfg) -> float:
   return 1.0 / int(t.num_symbols)
 
 
-def symmetric_ceiling(name: str) -> float | None:
+def symmetric_ceiling(name: str, config=None) -> float | None:
   """The accuracy a symmetric score reaches at the minimum of the training loss (module
-  docstring: 1/2 on `cyclic`); None for tasks without one."""
-  return 0.5 if name == 'cyclic' else None
+  docstring: 1/2 on `cyclic`, and on mirror's rotary arms); None for tasks without one.
+  `name` is a task id (mirror's arms differ)."""
+  if name == 'cyclic':
+    return 0.5
+  if name.startswith('mirror_') and config is not None:
+    return 0.5 if position_keys(config, name)['position_embeddings'] == 'rotary' else None
+  return None
 
 
-def symmetric_bound(name: str) -> float | None:
-  """The best accuracy any symmetric score can reach, trained or not (2/3 on `cyclic`)."""
-  return 2.0 / 3.0 if name == 'cyclic' else None
+def symmetric_bound(name: str, config=None) -> float | None:
+  """The best accuracy any symmetric score can reach, trained or not (2/3 on `cyclic`; 1/2
+  on mirror's rotary arms, where every row is a tie)."""
+  if name == 'cyclic':
+    return 2.0 / 3.0
+  return symmetric_ceiling(name, config) if name.startswith('mirror_') else None
 
 
 def cyclic_successor(triple, query: int, num_symbols: int) -> int:
@@ -359,7 +414,24 @@ def cyclic_nearest(cfg, rng, batch: int, slots: int) -> Batch:
                          np.argmin(dist, axis=1))
 
 
+def mirror(cfg, rng, batch: int, slots: int) -> Batch:
+  seq_len, far = int(cfg.seq_len), int(cfg.mirror.max_distance)
+  out = _Layout(batch, seq_len, slots)
+  distance = rng.integers(1, far + 1, size=batch)
+  # The query anywhere that leaves both copies inside the row (after CLS).
+  query = 1 + distance + (rng.random(batch) * (seq_len - 1 - 2 * distance)).astype(np.int64)
+  rows = np.arange(batch)
+  x = symbol(rng.integers(0, int(cfg.vocab_size), size=batch))
+  for where in (query - distance, query, query + distance):
+    out.ids[rows, where] = x
+  out.positions[:, 0] = query
+  out.labels[:, 0] = query + distance
+  out.weights[:, 0] = 1.0
+  return out.finish()
+
+
 GENERATORS = {'mqar': mqar, 'cyclic': cyclic, 'cyclic_nearest': cyclic_nearest,
+              'mirror': mirror,
               'directed': directed, 'induction': induction, 'majority': majority}
 
 

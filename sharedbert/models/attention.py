@@ -220,9 +220,22 @@ class AttentionBase(nn.Module):
   # True: every head's score is s(x, y) = M[x, y] + g[x] + h[y] with M symmetric (Q and K
   # from one projection up to a diagonal), the form the probes' `cyclic` task bounds.
   symmetric_scores: ClassVar[bool] = False
+  # True: the queries are the keys, Q = K exactly (symmetric, single): the score matrix stays
+  # symmetric under rotary positions without a query phase (symmetric_score_matrix).
+  queries_are_keys: ClassVar[bool] = False
   # A variant whose Q, K, V come from this many D x D projections with biases (and nothing
   # else) gets its closed form and FLOP count from it; None: it defines its own.
   dense_projections: ClassVar[int | None] = None
+
+  @classmethod
+  def symmetric_score_matrix(cls, config) -> bool:
+    """Whether every head's score matrix is symmetric under `config`'s positions: the
+    variant's `symmetric_scores` with a learned table or none; under rotary positions only
+    Q = K with no query phase (q_i^T R(j-i) q_j = q_j^T R(i-j) q_i), as the rotation
+    between shared's diagonals makes its scores asymmetric (docs/variants.md, Positions)."""
+    if getattr(config, 'position_embeddings', 'learned') != 'rotary':
+      return cls.symmetric_scores
+    return cls.queries_are_keys and getattr(config, 'rope_query_phase', 0.0) == 0.0
 
   @classmethod
   def check_config(cls, config) -> None:
@@ -443,6 +456,7 @@ class SymmetricAttention(AttentionBase):
   """K = Q: one projection for queries and keys, so every head's score matrix is symmetric."""
   dense_projections = 2
   symmetric_scores = True
+  queries_are_keys = True
   # 'function': the best positive semi-definite fit of each head's symmetrised score form
   # (fit_lib.fit_symmetric_function); 'mean': W_qk = (W_q + W_k) / 2. Values and W_o are kept.
   conversion_fits = ('function', 'mean')
@@ -525,6 +539,7 @@ class SingleAttention(AttentionBase):
   Every head's score matrix is symmetric and positive semi-definite."""
   dense_projections = 1
   symmetric_scores = True
+  queries_are_keys = True
 
   def qkv(self, x, **kwargs):
     s = self.projection('shared')(x)  # The name `shared` uses: a `shared` tree minus 'diag'.
