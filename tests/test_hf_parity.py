@@ -302,3 +302,73 @@ def test_pre_ln_classifier_exports_as_roberta_classification_head(pre_ln):
                                 params['bert']['pooler']['kernel'].T)
   np.testing.assert_array_equal(exported['classifier.out_proj.weight'], head_params['kernel'].T)
   np.testing.assert_array_equal(exported['classifier.out_proj.bias'], head_params['bias'])
+
+
+# ---------------------------------------------------------------------------------------
+# Rotary positions: RoFormerForMaskedLM (tools/make_hf_golden.py --arch=roformer).
+
+ROFORMER_FIXTURE = os.path.join(os.path.dirname(__file__), 'fixtures', 'hf_roformer_tiny')
+
+
+@pytest.fixture(scope='module')
+def roformer():
+  return convert_hf.read_hf_dir(ROFORMER_FIXTURE), dict(
+      np.load(os.path.join(ROFORMER_FIXTURE, 'golden.npz')))
+
+
+def test_roformer_checkpoint_computes_what_transformers_computes(roformer):
+  """A RoFormer is sharedbert's `standard` with rotary positions (post-LN, theta 10,000):
+  logits and every hidden state to 1e-5, padding included (rotary has no padding row), and
+  no position table."""
+  (hf_config, tensors), golden = roformer
+  cfg = convert_hf.model_config_from_hf(hf_config)
+  assert cfg.position_embeddings == 'rotary' and not cfg.pre_layer_norm
+  assert cfg.rope_theta == 10000.0 and cfg.rope_query_phase == 0.0
+  params, notes = convert_hf.params_from_hf(tensors, cfg)
+  assert 'position_embeddings' not in params['bert']['embeddings']
+  assert any('roformer.encoder.embed_positions.weight' in n for n in notes)
+  logits, hidden, _ = run_model(cfg, params, golden)
+  np.testing.assert_allclose(logits, golden['logits'], atol=TOLERANCE, rtol=0)
+  np.testing.assert_allclose(hidden, golden['hidden_states'], atol=TOLERANCE, rtol=0)
+  # The rotation matters to the comparison: without it the logits differ.
+  import dataclasses
+  unrotated, _, _ = run_model(dataclasses.replace(cfg, position_embeddings='none'), params,
+                              golden)
+  assert np.abs(unrotated - golden['logits']).max() > 1e-3
+
+
+def test_roformer_import_then_export_gives_the_same_tensors(roformer, tmp_path):
+  (hf_config, tensors), _ = roformer
+  workdir, out = tmp_path / 'w', tmp_path / 'hf'
+  convert_hf.import_hf(ROFORMER_FIXTURE, str(workdir))
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert saved['model']['position_embeddings'] == 'rotary'
+  notes = convert_hf.export_hf(str(workdir), str(out))
+  assert 'RoFormerForMaskedLM layout' in notes[0] and 'pooler' not in notes[0]
+  written = json.loads((out / 'config.json').read_text())
+  assert written['model_type'] == 'roformer' and written['architectures'] == [
+      'RoFormerForMaskedLM']
+  for key in ('max_position_embeddings', 'num_hidden_layers', 'hidden_size', 'embedding_size',
+              'rotary_value'):
+    assert written[key] == hf_config[key], key
+  exported = load_file(str(out / 'model.safetensors'))
+  # The sinusoid buffer is transformers' own (recomputed on load); everything else as read.
+  assert set(tensors) - set(exported) == {'roformer.encoder.embed_positions.weight'}
+  assert set(exported) <= set(tensors)
+  for key, value in exported.items():
+    np.testing.assert_array_equal(value, tensors[key], err_msg=key)
+
+
+@pytest.mark.parametrize('change,custom', [
+    (dict(), False), (dict(rope_theta=500.0), True), (dict(rope_query_phase=1.0), True),
+    (dict(pre_layer_norm=True), True), (dict(attention='shared'), True)])
+def test_only_what_roformer_computes_exports_as_roformer(change, custom):
+  import dataclasses
+  from sharedbert.convert import hf_custom, hf_layout
+  cfg = dataclasses.replace(ModelConfig(position_embeddings='rotary'), **change)
+  assert hf_custom.needs_custom_code(cfg) == custom
+  # A classifier's head is RoFormer's own (dense, GELU, dense), not BERT's pooler.
+  assert hf_custom.needs_custom_code(cfg, {'pooling': 'cls'})
+  if custom and cfg.attention == 'standard':
+    with pytest.raises(UserError, match='export it as custom code'):
+      hf_layout.hf_config_from_model(cfg)

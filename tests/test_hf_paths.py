@@ -283,8 +283,7 @@ def test_conversion_experiment_on_the_fixture_bert(tmp_path):
 
 @pytest.mark.parametrize('key, value, message', [
     ('causal', True, 'model.causal=True'),
-    ('position_embeddings', 'none', 'no position table'),
-    ('position_embeddings', 'rotary', 'no position table')])
+    ('position_embeddings', 'none', 'no position table')])
 def test_export_refuses_a_model_that_hugging_face_would_compute_differently(
     imported, key, value, message):
   """transformers' own BERT layouts cannot hold a causal or position-free model (it exported

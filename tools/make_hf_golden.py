@@ -9,6 +9,10 @@ written here):
   python tools/make_hf_golden.py [--out=tests/fixtures/hf_bert_tiny]
   python tools/make_hf_golden.py --arch=roberta-prelayernorm \
       --out=tests/fixtures/hf_prelayernorm_tiny
+  python tools/make_hf_golden.py --arch=roformer --out=tests/fixtures/hf_roformer_tiny
+
+(RoFormerForMaskedLM: rotary positions, no position table and no pooler, so its golden.npz
+has no pooler entries.)
 
 Writes, into --out:
   config.json, model.safetensors  what `BertForMaskedLM.save_pretrained` writes (no pooler:
@@ -93,6 +97,8 @@ ARCHS = {
                              'RobertaPreLayerNormModel',
                              dict(pad_token_id=0, bos_token_id=4, eos_token_id=5,
                                   max_position_embeddings=CONFIG['max_position_embeddings'] + 1)),
+    'roformer': ('RoFormerConfig', 'RoFormerForMaskedLM', None,
+                 dict(embedding_size=CONFIG['hidden_size'], rotary_value=False)),
 }
 
 
@@ -112,6 +118,16 @@ def generate(out_dir: str, arch: str = 'bert'):
   inputs = golden_inputs()
   logits, hidden = run(model, inputs)
 
+  os.makedirs(out_dir, exist_ok=True)
+  if base_cls is None:  # RoFormer: no pooler.
+    model.save_pretrained(out_dir)
+    write_tokenizer(out_dir)
+    np.savez_compressed(
+        os.path.join(out_dir, 'golden.npz'), input_ids=inputs[0].astype(np.int32),
+        attention_mask=inputs[1].astype(np.int32), token_type_ids=inputs[2].astype(np.int32),
+        logits=logits, hidden_states=hidden)
+    print(f'transformers {transformers.__version__}, torch {torch.__version__}')
+    return
   # A pooler on the same encoder, for importing a checkpoint that has one.
   base = getattr(transformers, base_cls)._from_config(config, add_pooling_layer=True,
                                                       attn_implementation='eager').eval()

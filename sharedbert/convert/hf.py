@@ -298,8 +298,12 @@ def _default_recipe():
 
 
 def read_hf_tokenizer(hf_dir: str, model_cfg: ModelConfig):
-  """The WordPiece vocabulary of a Hugging Face BERT directory, checked against the model."""
-  if not os.path.isfile(os.path.join(hf_dir, tokenizer_lib.WORDPIECE_FILE)):
+  """The WordPiece vocabulary of a Hugging Face BERT directory, or the sentencepiece
+  vocabulary (vocab.model) that sharedbert's own export writes, checked against the model."""
+  if (not os.path.isfile(os.path.join(hf_dir, tokenizer_lib.WORDPIECE_FILE))
+      and os.path.isfile(os.path.join(hf_dir, tokenizer_lib.VOCAB_FILE))):
+    tokenizer = tokenizer_lib.load_workdir(hf_dir)  # sharedbert's export read back.
+  elif not os.path.isfile(os.path.join(hf_dir, tokenizer_lib.WORDPIECE_FILE)):
     others = [n for n in ('tokenizer.json', 'spiece.model', 'sentencepiece.bpe.model',
                           'vocab.json', 'vocab.model') if os.path.isfile(os.path.join(hf_dir, n))]
     if others:
@@ -308,7 +312,8 @@ def read_hf_tokenizer(hf_dir: str, model_cfg: ModelConfig):
                       'BertTokenizer there (tokenizer.save_pretrained(dir))')
     raise UserError(f'{hf_dir} has no vocab.txt: save the model\'s tokenizer there too '
                     '(tokenizer.save_pretrained(dir)); sharedbert tokenizes with it')
-  tokenizer = tokenizer_lib.read_wordpiece(hf_dir)
+  else:
+    tokenizer = tokenizer_lib.read_wordpiece(hf_dir)
   if tokenizer.vocab_size > model_cfg.vocab_size:
     raise UserError(f'{os.path.join(hf_dir, "vocab.txt")} has {tokenizer.vocab_size} tokens but '
                     f'the word embedding has {model_cfg.vocab_size} rows: they do not belong '
@@ -448,7 +453,7 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
 
 
 # The model settings a custom-code folder decides (all of the architecture).
-CUSTOM_KEYS = ARCHITECTURE_KEYS + ('causal', 'position_embeddings', 'rope_theta',
+CUSTOM_KEYS = ARCHITECTURE_KEYS + ('causal', 'rope_theta',
                                    'rope_query_phase', 'qk_shared_fraction',
                                    'masa_atoms', 'masa_projections', 'diag_init',
                                    'diag_init_scheme', 'pairwise_init_std')
@@ -533,8 +538,10 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
     what = (f'SharedBertFor{kind}, custom code ({model_cfg.attention} attention): load it '
             'with trust_remote_code=True')
   else:
-    family = 'RobertaPreLayerNorm' if model_cfg.pre_layer_norm else 'Bert'
-    what = f'{family}For{kind} layout' + (', with the pooler' if not head else '')
+    family = {hf_layout.BERT: 'Bert', hf_layout.PRE_LN: 'RobertaPreLayerNorm',
+              hf_layout.ROFORMER: 'RoFormer'}[hf_layout.model_type(model_cfg)]
+    pooler = not head and family != 'RoFormer'  # RoFormer has no pooler.
+    what = f'{family}For{kind} layout' + (', with the pooler' if pooler else '')
   if head:
     what += (f'; {head["task"]}, {head["num_labels"]} '
              f'{"output (regression)" if head["is_regression"] else "labels"}')

@@ -231,8 +231,13 @@ def model_card(cfg: ModelConfig, params: dict[str, Any], *, step: int, recipe: d
 
 def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
   """Whether no transformers architecture computes this model: any variant but standard, a
-  causal mask, no position table, or a classifier on the mean of the tokens."""
-  return (cfg.attention != 'standard' or cfg.causal or cfg.position_embeddings != 'learned'
+  causal mask, no positions, rotary positions that RoFormer does not compute (pre-LN, another
+  theta, a query phase, or a classifier: RoFormer's head is not BERT's pooler), or a
+  classifier on the mean of the tokens."""
+  roformer = (cfg.position_embeddings == 'rotary' and not cfg.pre_layer_norm
+              and cfg.rope_theta == 10000.0 and not cfg.rope_query_phase and head is None)
+  return (cfg.attention != 'standard' or cfg.causal or cfg.position_embeddings == 'none'
+          or (cfg.position_embeddings == 'rotary' and not roformer)
           or (head is not None and head.get('pooling', 'cls') != 'cls'))
 
 

@@ -10,7 +10,14 @@ before the FFN (`intermediate.LayerNorm`), one after the last layer
 (`roberta_prelayernorm.LayerNorm`) and after the embeddings, as sharedbert's pre-LN model.
 RoBERTa numbers positions from pad_token_id + 1 (a token's position is the count of
 non-padding tokens up to it, plus pad_token_id), so its position table has pad_token_id + 1
-rows in front of ours: with sharedbert's [PAD] = 0, one row (zeros; only padding reads it)."""
+rows in front of ours: with sharedbert's [PAD] = 0, one row (zeros; only padding reads it).
+
+Post-LN models with rotary positions (θ = 10,000, no query phase, bidirectional) are
+RoFormer (`RoFormerForMaskedLM`, model_type "roformer", Su et al. 2021): BERT's blocks with
+no position table, queries and keys turned by positions in adjacent column pairs with
+w_p = 10000^(-2p/H), exactly as sharedbert.models.rotary does. RoFormer has no pooler (an
+import initialises it; an export leaves it out) and its sequence classifier has a head of
+its own (dense, GELU, dense), so a fine-tuned rotary classifier exports as custom code."""
 
 from __future__ import annotations
 
@@ -27,20 +34,28 @@ from sharedbert.models.bert import BertForPretraining, ModelConfig
 Params = dict[str, Any]
 
 # The two layouts: model_type -> (the encoder's prefix, architecture of the MLM model).
-BERT, PRE_LN = 'bert', 'roberta-prelayernorm'
-PREFIX = {BERT: 'bert', PRE_LN: 'roberta_prelayernorm'}
-MLM_ARCHITECTURE = {BERT: 'BertForMaskedLM', PRE_LN: 'RobertaPreLayerNormForMaskedLM'}
+BERT, PRE_LN, ROFORMER = 'bert', 'roberta-prelayernorm', 'roformer'
+PREFIX = {BERT: 'bert', PRE_LN: 'roberta_prelayernorm', ROFORMER: 'roformer'}
+MLM_ARCHITECTURE = {BERT: 'BertForMaskedLM', PRE_LN: 'RobertaPreLayerNormForMaskedLM',
+                    ROFORMER: 'RoFormerForMaskedLM'}
+# RoFormer's only base: the one its sinusoidal table is built with.
+ROFORMER_THETA = 10000.0
 # sharedbert's [PAD] id (data/tokenizer.py); RoBERTa's positions start after it.
 PAD_ID = 0
 
 # Tensors a Hugging Face checkpoint may hold that have no counterpart here.
 _IGNORED_PREFIXES = ('cls.seq_relationship.', 'classifier.', 'qa_outputs.')
 _IGNORED_KEYS = tuple(f'{p}.embeddings.{n}' for p in PREFIX.values()
-                      for n in ('position_ids', 'token_type_ids'))
+                      for n in ('position_ids', 'token_type_ids')) + (
+                          # RoFormer's fixed sinusoid table (a buffer; rotary recomputes it).
+                          'roformer.encoder.embed_positions.weight',)
 
 
 def model_type(cfg: ModelConfig) -> str:
-  """The transformers family of `cfg`: 'roberta-prelayernorm' (pre-LN) or 'bert'."""
+  """The transformers family of `cfg`: 'roformer' (rotary positions), 'roberta-prelayernorm'
+  (pre-LN) or 'bert'."""
+  if cfg.position_embeddings == 'rotary':
+    return ROFORMER
   return PRE_LN if cfg.pre_layer_norm else BERT
 
 
@@ -53,7 +68,7 @@ def position_offset(hf: dict) -> int:
 ARCHITECTURE_KEYS = ('attention', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
                      'mlp_dim', 'max_position_embeddings', 'type_vocab_size', 'dropout_rate',
                      'attention_dropout_rate', 'initializer_range', 'layer_norm_eps',
-                     'pre_layer_norm')
+                     'pre_layer_norm', 'position_embeddings')
 
 
 # ---------------------------------------------------------------------------------------
@@ -67,8 +82,13 @@ def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
                     'config.json?')
   kind = hf.get('model_type', BERT)
   if kind not in PREFIX:
-    raise UserError(f'{where}: model_type is {kind!r}, not "bert" (post-LN) or '
-                    '"roberta-prelayernorm" (pre-LN)')
+    raise UserError(f'{where}: model_type is {kind!r}, not "bert" (post-LN), '
+                    '"roberta-prelayernorm" (pre-LN) or "roformer" (rotary)')
+  if kind == ROFORMER and (hf.get('rotary_value') or
+                           hf.get('embedding_size', hf.get('hidden_size')) != hf.get('hidden_size')):
+    raise UserError(f'{where}: a RoFormer with rotary_value=true or an embedding_size other '
+                    'than hidden_size is not supported (sharedbert rotates queries and keys '
+                    'only, and embeds at the model width)')
   if hf.get('hidden_act', 'gelu') != 'gelu':
     raise UserError(f'{where}: hidden_act is {hf["hidden_act"]!r}; sharedbert uses BERT\'s '
                     'exact (erf) "gelu" only')
@@ -90,7 +110,8 @@ def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
         dropout_rate=float(hf.get('hidden_dropout_prob', 0.1)),
         attention_dropout_rate=float(hf.get('attention_probs_dropout_prob', 0.1)),
         initializer_range=float(hf.get('initializer_range', 0.02)),
-        layer_norm_eps=float(hf.get('layer_norm_eps', 1e-12)), pre_layer_norm=kind == PRE_LN)
+        layer_norm_eps=float(hf.get('layer_norm_eps', 1e-12)), pre_layer_norm=kind == PRE_LN,
+        position_embeddings='rotary' if kind == ROFORMER else 'learned')
   except KeyError as e:
     raise UserError(f'{where} has no {e.args[0]!r}; is it a BERT config?') from e
   except (TypeError, ValueError) as e:
@@ -114,7 +135,13 @@ def hf_config_from_model(cfg: ModelConfig) -> dict:
     raise UserError('this model was trained with model.causal=True (each token sees only '
                     'those before it); Hugging Face BERT and RoBERTa-PreLayerNorm attend both '
                     'ways, so the export would compute something else: keep it in sharedbert')
-  if cfg.position_embeddings != 'learned':
+  if cfg.position_embeddings == 'rotary':
+    if cfg.pre_layer_norm or cfg.rope_theta != ROFORMER_THETA or cfg.rope_query_phase:
+      raise UserError('transformers\' rotary BERT (RoFormer) is post-LN with theta 10,000 and '
+                      f'no query phase; this model has pre_layer_norm={cfg.pre_layer_norm}, '
+                      f'rope_theta={cfg.rope_theta:g}, rope_query_phase='
+                      f'{cfg.rope_query_phase:g}: export it as custom code')
+  elif cfg.position_embeddings != 'learned':
     raise UserError(f'this model has no position table (model.position_embeddings='
                     f'{cfg.position_embeddings}); '
                     'Hugging Face BERT and RoBERTa-PreLayerNorm always add them, so the export '
@@ -132,6 +159,9 @@ def hf_config_from_model(cfg: ModelConfig) -> dict:
       'layer_norm_eps': cfg.layer_norm_eps, 'position_embedding_type': 'absolute',
       'pad_token_id': PAD_ID, 'tie_word_embeddings': True, 'dtype': 'float32',
   }
+  if kind == ROFORMER:
+    del out['position_embedding_type']
+    out.update(embedding_size=cfg.hidden_size, rotary_value=False)
   if kind == PRE_LN:
     # [CLS] and [SEP] (data/tokenizer.py) as RoBERTa's <s> and </s>; the padding offset.
     out.update(bos_token_id=2, eos_token_id=3,
@@ -185,10 +215,11 @@ def _mapping(cfg: ModelConfig) -> list[_Entry]:
     add(f'bert/embeddings/{name}_embeddings/embedding',
         f'{base}.embeddings.{name}_embeddings.weight')
   # RoBERTa's rows in front of ours (padding only): zeros on export, dropped on import.
-  add('bert/embeddings/position_embeddings/embedding',
-      f'{base}.embeddings.position_embeddings.weight',
-      to_ours=lambda t: t[offset:], to_hf=lambda t: np.concatenate(
-          [np.zeros((offset, t.shape[1]), t.dtype), t]))
+  if cfg.position_embeddings == 'learned':
+    add('bert/embeddings/position_embeddings/embedding',
+        f'{base}.embeddings.position_embeddings.weight',
+        to_ours=lambda t: t[offset:], to_hf=lambda t: np.concatenate(
+            [np.zeros((offset, t.shape[1]), t.dtype), t]))
   norm('bert/embeddings/LayerNorm', f'{base}.embeddings.LayerNorm')
   for i in range(cfg.num_layers):
     ours, hf = f'bert/layer_{i}', f'{base}.encoder.layer.{i}'
@@ -205,7 +236,8 @@ def _mapping(cfg: ModelConfig) -> list[_Entry]:
       norm(f'{ours}/output_norm', f'{hf}.output.LayerNorm')
   if pre_ln:
     norm('bert/final_norm', f'{base}.LayerNorm')
-  linear('bert/pooler', f'{base}.pooler.dense', group='pooler')
+  if model_type(cfg) != ROFORMER:  # RoFormer has no pooler.
+    linear('bert/pooler', f'{base}.pooler.dense', group='pooler')
   head = _mlm_head_keys(model_type(cfg))
   linear('mlm_head/transform', head['transform'], group='MLM head')
   norm('mlm_head/transform_norm', head['transform_norm'], group='MLM head')
