@@ -135,17 +135,25 @@ def test_input_pipeline_rate():
 
 
 def test_rounds_time_every_variant_in_turn_and_pool_the_steps():
+  """Rotary positions are timed beside the learned table, in the same rounds, and the report
+  gives each variant's ratio (time and FLOPs: the rotation adds to the count)."""
   results = bench.run_benchmarks(
       preset='smoke', sizes=['smoke'], variants=['standard', 'shared'], steps=2, warmup=1,
       rounds=2, hf_python='', peak_n=64, peak_dtype='float32', memory_seq_lens=[],
-      pipeline_size='')
+      pipeline_size='', positions=('learned', 'rotary'))
   rows = results['sizes']['smoke']['rows']
-  assert [r['variant'] for r in rows] == ['standard', 'shared']
+  assert [r['variant'] for r in rows] == ['standard', 'standard+rotary', 'shared',
+                                          'shared+rotary']
   for r in rows:
     assert len(r['step_times_s']) == 4  # 2 rounds x 2 timed steps.
     assert r['step_time_s'] == pytest.approx(float(np.median(r['step_times_s'])))
+  assert rows[1]['flops_per_step'] > rows[0]['flops_per_step']
   assert 'skipped' in results['sizes']['smoke']['hf']
-  assert '2 round(s)' in bench.render_markdown(results)
+  text = bench.render_markdown(results)
+  assert '2 round(s)' in text
+  ratio = rows[3]['step_time_s'] / rows[2]['step_time_s']
+  assert f'| `shared` | rotary | {rows[3]["step_time_s"] * 1e3:.1f} |' in text
+  assert f'{ratio:.3f}×' in text
 
 
 def test_peer_rounds_merge_into_one_row():

@@ -73,6 +73,7 @@ def render_markdown(results: dict) -> str:
     elif hf:
       lines.append(f'| HF `BertForMaskedLM` | skipped: {hf.get("skipped")} | | | | | | | |')
     lines.append('')
+    lines += _positions_lines(rows)
   if results.get('memory'):
     mem = results['memory']
     lines += ['### Memory: the largest BERT-base batch (`standard`, float32)', '',
@@ -107,6 +108,24 @@ def render_markdown(results: dict) -> str:
                    f'≥ {t["threshold"]} | {met} |')
     lines.append('')
   return '\n'.join(lines)
+
+
+def _positions_lines(rows: list[dict]) -> list[str]:
+  """Each variant timed with other positions beside its learned table: step-time ratios."""
+  learned = {r.get('attention', r['variant']): r for r in rows
+             if r.get('positions', 'learned') == 'learned'}
+  pairs = [(learned[r['attention']], r) for r in rows
+           if r.get('positions', 'learned') != 'learned' and r.get('attention') in learned]
+  if not pairs:
+    return []
+  out = ['| variant | positions | step (ms) | learned table (ms) | step time vs learned | '
+         'FLOPs vs learned |', '|---|---|---:|---:|---:|---:|']
+  for base, r in pairs:
+    out.append(f'| `{r["attention"]}` | {r["positions"]} | {r["step_time_s"] * 1e3:.1f} | '
+               f'{base["step_time_s"] * 1e3:.1f} | '
+               f'{r["step_time_s"] / base["step_time_s"]:.3f}× | '
+               f'{r["flops_per_step"] / base["flops_per_step"]:.4f}× |')
+  return out + ['']
 
 
 def read_markdown(path: str) -> str:

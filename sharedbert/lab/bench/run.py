@@ -124,9 +124,13 @@ class BenchStep:
   from call to call, as in training.
   """
 
-  def __init__(self, size: Size, attention: str, batch: dict[str, np.ndarray] | None = None):
-    self.size, self.attention = size, attention
-    config = bench_config(size, attention)
+  def __init__(self, size: Size, attention: str, batch: dict[str, np.ndarray] | None = None,
+               positions: str = 'learned'):
+    self.size, self.positions = size, positions
+    # A row's name: the variant, marked when its positions are not the learned table.
+    self.attention = attention if positions == 'learned' else f'{attention}+{positions}'
+    self.variant = attention
+    config = bench_config(size, attention, positions=positions)
     mesh, axis_rules, self.model_cfg, model, tx, schedule = step_parts(config)
     self.mesh, self.axis_rules = mesh, axis_rules
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
@@ -172,6 +176,8 @@ class BenchStep:
                                             size.batch * size.max_predictions)
     return {
         'variant': self.attention,
+        'attention': self.variant,
+        'positions': self.positions,
         'step_time_s': step_time,
         'step_times_s': list(self.times),
         'tokens_per_s': size.batch * size.seq_len / step_time,
@@ -341,7 +347,9 @@ def _load() -> list[float]:
 def run_benchmarks(*, preset: str, sizes: list[str], variants: list[str], steps: int,
                    warmup: int, rounds: int, hf_python: str, peak_n: int, peak_dtype: str,
                    memory_seq_lens: list[int], pipeline_size: str, targets=(),
-                   command: str = '') -> dict:
+                   command: str = '', positions: tuple[str, ...] = ('learned',)) -> dict:
+  """Every (size, variant, positions) step timed in interleaved rounds, the peer beside
+  them; then the peak, memory and input pipeline. Returns the results dict."""
   results: dict[str, Any] = {
       'command': command, 'preset': preset, 'machine': machine_info(),
       'started': time.strftime('%Y-%m-%d %H:%M:%S %Z'), 'load_average_start': _load(),
@@ -356,8 +364,9 @@ def run_benchmarks(*, preset: str, sizes: list[str], variants: list[str], steps:
     results['sizes'][name] = entry
     timers = []
     for variant in variants:
-      logging.info('bench: %s, %s: compiling', name, variant)
-      timers.append(BenchStep(size, variant, batch))
+      for where in positions:  # Side by side: each variant's positions in the same rounds.
+        logging.info('bench: %s, %s (%s positions): compiling', name, variant, where)
+        timers.append(BenchStep(size, variant, batch, positions=where))
     # Rounds: every variant and the peer in turn, `rounds` times over. This machine's speed
     # drifts over tens of seconds; interleaving puts that drift into every configuration
     # alike instead of into the ratios between them.
@@ -480,6 +489,9 @@ flags.DEFINE_integer('steps', None, 'Timed steps per configuration and round.')
 flags.DEFINE_integer('rounds', None, 'Rounds over all configurations, interleaved; the median '
                      'is over every timed step of every round.')
 flags.DEFINE_integer('warmup', None, 'Untimed steps after compiling.')
+flags.DEFINE_list('positions', ['learned'], 'model.position_embeddings of each timed '
+                  'variant: "learned,rotary" times both, side by side in the same rounds (rows '
+                  'VARIANT and VARIANT+rotary, and their ratio).')
 flags.DEFINE_string('hf_python', '', 'Python with torch and transformers for the Hugging Face '
                     'peer; default: this one if it can import them; "none" skips the peer.')
 flags.DEFINE_string('memory_seq_lens', None, 'Sequence lengths of the largest-batch search '
@@ -488,6 +500,14 @@ flags.DEFINE_string('pipeline_size', None, 'Size whose input pipeline is timed (
 flags.DEFINE_string('out_json', 'benchmarks.json', 'Where the results go as JSON.')
 flags.DEFINE_string('out_md', 'BENCHMARKS.md', 'Markdown file whose bench section is '
                     'rewritten ("" writes none).')
+
+
+def _positions(values: list[str]) -> list[str]:
+  allowed = ('learned', 'rotary', 'none')
+  bad = [v for v in values if v not in allowed]
+  if bad or not values:
+    raise UserError(f'--positions: {bad or "nothing"}; choose among {", ".join(allowed)}')
+  return list(dict.fromkeys(values))
 
 
 def _csv(text: str) -> list[str]:
@@ -523,7 +543,8 @@ def main(argv):
       steps=pick('steps'), warmup=pick('warmup'), rounds=pick('rounds'), hf_python=hf_python,
       peak_n=preset['peak_n'], peak_dtype=preset['peak_dtype'],
       memory_seq_lens=[int(x) for x in _csv(pick('memory_seq_lens'))],
-      pipeline_size=pick('pipeline_size'), targets=preset['targets'], command=command.strip())
+      pipeline_size=pick('pipeline_size'), targets=preset['targets'], command=command.strip(),
+      positions=tuple(_positions(FLAGS.positions)))
   with open(FLAGS.out_json, 'w') as f:
     json.dump(results, f, indent=1)
   body = render_markdown(results)

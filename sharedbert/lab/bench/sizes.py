@@ -70,10 +70,13 @@ SIZES = {
 }
 
 
-def bench_config(size: Size, attention: str, remat: str | None = None):
-  """The pretraining config of the `small` recipe, reshaped to `size`."""
+def bench_config(size: Size, attention: str, remat: str | None = None,
+                 positions: str = 'learned'):
+  """The pretraining config of the `small` recipe, reshaped to `size`, with `positions`
+  (model.position_embeddings)."""
   config = config_lib.pretrain_config(attention, 'size=small')
   m = config.model
+  m.position_embeddings = positions
   for key in ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim', 'vocab_size', 'dtype',
               'attention_impl', 'attention_dropout_rate', 'one_hot_embeddings'):
     m[key] = getattr(size, key)
