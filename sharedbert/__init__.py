@@ -1,12 +1,17 @@
 """sharedbert: BERT encoders with shared query-key-value attention weights (JAX/Flax).
 
-Run `python -m sharedbert.main --config=configs/shared_base.py:tiny --workdir=DIR`; from a
-notebook, `import sharedbert.train` for `sharedbert.train.train_and_evaluate(config,
-workdir)`, and `import sharedbert.restore` for `sharedbert.restore(workdir)`, which opens a
-run's checkpoint on whatever devices you have. `import sharedbert` alone loads neither JAX
-nor TensorFlow.
+Run `python -m sharedbert.main --config=configs/shared_base.py:tiny --workdir=DIR`. From a
+notebook, `import sharedbert` and then:
+
+    run = sharedbert.restore(workdir)          # open a run's checkpoint on your devices
+    sharedbert.train_and_evaluate(config, workdir)
+
+`import sharedbert` alone loads neither JAX nor TensorFlow: these names load their modules
+on first use (PEP 562), `restore` from sharedbert.runs (no TensorFlow for a local run) and
+`train_and_evaluate` from sharedbert.train.
 """
 
+import importlib
 import os
 
 __version__ = '0.1.0'
@@ -19,11 +24,24 @@ os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 # command's output and before a one-line error; warnings and errors still show.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
+# Public name -> (module, attribute), loaded when first asked for.
+_LAZY = {
+    'restore': ('sharedbert.runs', 'restore'),
+    'Restored': ('sharedbert.runs', 'Restored'),
+    'train_and_evaluate': ('sharedbert.train', 'train_and_evaluate'),
+}
+
 
 def __getattr__(name):
-  # The submodules load JAX and TensorFlow, so `import sharedbert` does not import them;
-  # a notebook that forgot the import line gets told which one it needs.
-  if name in ('restore', 'train'):
-    raise AttributeError(f'sharedbert.{name} is not imported yet: add `import '
-                         f'sharedbert.{name}` (it loads JAX)')
+  if name in _LAZY:
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # Later lookups skip this function.
+    return value
+  if name == 'train':  # The module, for `sharedbert.train.train_and_evaluate`.
+    return importlib.import_module('sharedbert.train')
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__():
+  return sorted(list(globals()) + list(_LAZY))

@@ -45,7 +45,7 @@ from sharedbert.models.bert import BertForPretraining, ModelConfig, position_emb
 from sharedbert.optim import all_finite
 from sharedbert.pretrain_step import (compile_train_step, create_train_state, jit_steps,
                                       restore_state, state_shardings)
-from sharedbert.restore import Restored
+from sharedbert.runs import Restored
 
 # The optimizer (sharedbert/optim.py), under the names the callers of this module use.
 NO_DECAY_NAMES = optim_lib.NO_DECAY_NAMES

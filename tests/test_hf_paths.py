@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 from scipy.special import erf
 from tokenizers import Tokenizer as HfTokenizer
 
-import sharedbert.restore
+import sharedbert
 from sharedbert.convert import hf as convert_hf
 from sharedbert.convert import shared as convert_shared
 from sharedbert.tasks import finetune

@@ -219,18 +219,18 @@ def fresh_python(code: str) -> subprocess.CompletedProcess:
                         cwd=ROOT, check=True)
 
 
-def test_import_sharedbert_is_light_and_names_the_import_a_notebook_needs():
-  # A fresh interpreter: `import sharedbert` loads neither JAX nor TensorFlow, and
-  # `sharedbert.restore` before its import says which line is missing.
+def test_import_sharedbert_is_light_and_restore_is_a_function():
+  """`import sharedbert` loads neither JAX nor TensorFlow; `sharedbert.restore` is the
+  function (PEP 562: loaded on first use), and loading it imports JAX but not TensorFlow."""
   code = ('import sys, sharedbert\n'
           'assert "jax" not in sys.modules and "tensorflow" not in sys.modules\n'
-          'try:\n  sharedbert.restore\nexcept AttributeError as e:\n  print(e)\n')
+          'f = sharedbert.restore\n'
+          'print(f.__module__, f.__name__, callable(f), "jax" in sys.modules, '
+          '"tensorflow" in sys.modules)\n'
+          'import sharedbert.runs\n'
+          'print(sharedbert.restore is sharedbert.runs.restore)\n')
   out = fresh_python(code).stdout.splitlines()
-  assert out == ['sharedbert.restore is not imported yet: add `import sharedbert.restore` '
-                 '(it loads JAX)']
-  # Once imported, the module is the function (restore.py makes it callable).
-  import sharedbert.restore
-  assert callable(sharedbert.restore) and sharedbert.restore.restore.__name__ == 'restore'
+  assert out == ['sharedbert.runs restore True True False', 'True']
 
 
 def test_the_entry_point_refuses_a_config_typo_before_jax_and_tensorflow_load():

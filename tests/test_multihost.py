@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-import sharedbert.restore
+import sharedbert
 from sharedbert.errors import UserError
 from sharedbert.distributed import distributed_args
 from test_sharding import assert_params_close, tiny_flags, write_corpus

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-import sharedbert.restore
+import sharedbert
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
 from sharedbert import pretrain_step
@@ -177,3 +177,37 @@ def test_a_damaged_latest_step_falls_back_to_the_one_before(workdir, tmp_path, r
   assert_params_close(run.params, restored['one device'].params, atol=0)
   with pytest.raises(Exception):
     sharedbert.restore(str(copy), step=3, devices=jax.devices()[:1])
+
+
+def test_a_notebook_opens_a_run_without_tensorflow_and_then_uses_transformers(workdir,
+                                                                               tmp_path):
+  """Issue 56: `import sharedbert; sharedbert.restore(w)` in a fresh interpreter, then
+  encode and fill_mask, load no TensorFlow (TensorFlow beside triton, which transformers'
+  pipelines import with a CUDA torch wheel, crashed the process). Then, in the same process,
+  the run's export goes through transformers' fill-mask pipeline, where torch and
+  transformers are installed (they are not test dependencies)."""
+  from sharedbert.convert import hf as convert_hf
+  exported = tmp_path / 'hf'
+  convert_hf.export_hf(workdir, str(exported))
+  code = f'''
+import importlib.util, sys
+import sharedbert
+run = sharedbert.restore({workdir!r})
+run.encode(['the cat sat on a mat'])
+top = run.fill_mask('the cat sat on a [MASK]')
+assert 'tensorflow' not in sys.modules, 'restore loaded tensorflow'
+print('restored', run.step, len(top))
+if importlib.util.find_spec('transformers') and importlib.util.find_spec('torch'):
+  from transformers import pipeline
+  fill = pipeline('fill-mask', model={str(exported)!r}, trust_remote_code=True)
+  print('pipeline', len(fill('the cat sat on a [MASK]')))
+'''
+  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2')
+  done = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  lines = done.stdout.splitlines()
+  assert lines[0].startswith('restored 3 ')
+  has_hf = subprocess.run([sys.executable, '-c', 'import torch, transformers'],
+                          capture_output=True).returncode == 0
+  assert (lines[1:] == ['pipeline 5']) if has_hf else (lines[1:] == [])

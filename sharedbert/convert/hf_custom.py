@@ -220,9 +220,10 @@ def model_card(cfg: ModelConfig, params: dict[str, Any], *, step: int, recipe: d
                  f'pooling {head.get("pooling", "cls")})')
   lines += [
       '', 'The modeling code is in this folder (`modeling_sharedbert.py`, PyTorch), so loading '
-      'needs `trust_remote_code=True`:', '', '```python',
+      'needs `trust_remote_code=True`, for the tokenizer too (transformers reads the model\'s '
+      'config to choose a tokenizer, and asks before running its code):', '', '```python',
       f'from transformers import AutoTokenizer, {auto}',
-      'tokenizer = AutoTokenizer.from_pretrained(path)',
+      'tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)',
       f'model = {auto}.from_pretrained(path, trust_remote_code=True)', '```', '',
       'Written by `sharedbert convert_hf export`; `sharedbert convert_hf import` reads it back.',
       '']

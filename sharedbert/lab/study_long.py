@@ -47,7 +47,7 @@ from sharedbert.data.pretrain import PretrainData, max_predictions
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert import pretrain_step
-from sharedbert import restore as restore_lib
+from sharedbert import runs as restore_lib
 from sharedbert.models import attention as attention_lib
 from sharedbert.models import bert as bert_lib
 from sharedbert.models import flops as flops_lib

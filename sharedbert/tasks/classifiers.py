@@ -1,6 +1,6 @@
 """Fine-tuned GLUE classifiers on disk: WORKDIR/<task>/seed_<s>/model.json (what the
 classifier is) and its orbax checkpoints, one per kept epoch. Written by the GLUE run
-(sharedbert/tasks/glue_task.py), read by sharedbert.restore and sharedbert.convert.hf."""
+(sharedbert/tasks/glue_task.py), read by sharedbert.restore (sharedbert/runs.py) and sharedbert.convert.hf."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-import tensorflow as tf
+from sharedbert.utils import paths
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.errors import UserError
@@ -41,14 +41,14 @@ def classifier_manager(seed_dir: str, config=None, *, read_only: bool = False):
 
 def is_classifier_dir(path: str) -> bool:
   """Whether `path` is a fine-tuned classifier's seed folder (it holds model.json)."""
-  return tf.io.gfile.exists(os.path.join(path, CLASSIFIER_FILE))
+  return paths.gfile().exists(os.path.join(path, CLASSIFIER_FILE))
 
 
 def read_classifier(seed_dir: str, step: Optional[int] = None, shardings=None):
   """(description, params, epoch) of a fine-tuned classifier; params as numpy on one device,
   or placed by `shardings` (a tree like the params). Default epoch: the best kept one when
   the run selected the best epoch, else the last."""
-  with tf.io.gfile.GFile(os.path.join(seed_dir, CLASSIFIER_FILE)) as f:
+  with paths.gfile().GFile(os.path.join(seed_dir, CLASSIFIER_FILE)) as f:
     head = json.load(f)
   manager = classifier_manager(seed_dir, read_only=True)
   try:

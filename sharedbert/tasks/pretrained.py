@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
-import tensorflow as tf
+from sharedbert.utils import paths
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import sharding
@@ -34,10 +34,10 @@ def open_pretrained(init_from: str) -> PretrainedRun:
   """Reads the model section of config.json and the vocabulary of a pretraining workdir
   (vocab.model, or the vocab.txt of a Hugging Face import)."""
   config_path = os.path.join(init_from, 'config.json')
-  if not tf.io.gfile.exists(config_path):
+  if not paths.gfile().exists(config_path):
     raise UserError(f'config.init_from={init_from} is not a pretraining workdir: {config_path} '
                     'not found; point it at the --workdir of a finished pretraining run')
-  with tf.io.gfile.GFile(config_path) as f:
+  with paths.gfile().GFile(config_path) as f:
     try:
       pretrain_config = json.load(f)
     except json.JSONDecodeError as e:
@@ -73,7 +73,7 @@ def restore_encoder_params(init_from: str, target, *,
   that the checkpoint holds an encoder of target's shapes, without reading an array.
   """
   directory = checkpoint_lib.checkpoint_dir(init_from)
-  if not tf.io.gfile.exists(directory):
+  if not paths.gfile().exists(directory):
     raise UserError(f'no checkpoints in {directory}; pretrain first, or set '
                     'config.from_scratch=True for a baseline without pretrained weights')
   manager = ocp.CheckpointManager(

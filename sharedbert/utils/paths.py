@@ -15,17 +15,67 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from typing import Optional
 
 # sharedbert/utils/paths.py -> the repository root, three levels up.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def gfile():
-  """tf.io.gfile, for paths that may be local or gs://; TensorFlow is imported on first use,
-  so modules that only sometimes touch files stay light to import."""
-  import tensorflow as tf
-  return tf.io.gfile
+class _Files:
+  """tf.io.gfile's functions for paths that may be local or remote (gs://...): a local path
+  is served by the os module, a URL by tf.io.gfile. So opening a run on local disk imports no
+  TensorFlow (which, loaded beside some packages, e.g. triton, crashes the process), and
+  object stores still work as before."""
+
+  @staticmethod
+  def _tf(path) -> bool:
+    return '://' in os.fspath(path)
+
+  def _remote(self):
+    import tensorflow as tf
+    return tf.io.gfile
+
+  def exists(self, path) -> bool:
+    return self._remote().exists(path) if self._tf(path) else os.path.exists(path)
+
+  def isdir(self, path) -> bool:
+    return self._remote().isdir(path) if self._tf(path) else os.path.isdir(path)
+
+  def listdir(self, path) -> list[str]:
+    return self._remote().listdir(path) if self._tf(path) else os.listdir(path)
+
+  def makedirs(self, path) -> None:
+    if self._tf(path):
+      return self._remote().makedirs(path)
+    os.makedirs(path, exist_ok=True)
+
+  def GFile(self, path, mode: str = 'r'):  # pylint: disable=invalid-name
+    if self._tf(path):
+      return self._remote().GFile(path, mode)
+    return open(path, mode, **({} if 'b' in mode else {'encoding': 'utf-8'}))
+
+  def rename(self, src, dst, overwrite: bool = False) -> None:
+    if self._tf(src) or self._tf(dst):
+      return self._remote().rename(src, dst, overwrite=overwrite)
+    if not overwrite and os.path.exists(dst):
+      raise FileExistsError(dst)
+    os.replace(src, dst)
+
+  def copy(self, src, dst, overwrite: bool = False) -> None:
+    if self._tf(src) or self._tf(dst):
+      return self._remote().copy(src, dst, overwrite=overwrite)
+    if not overwrite and os.path.exists(dst):
+      raise FileExistsError(dst)
+    shutil.copyfile(src, dst)
+
+
+_FILES = _Files()
+
+
+def gfile() -> _Files:
+  """Files that may be local or gs:// (tf.io.gfile's interface; TensorFlow only for URLs)."""
+  return _FILES
 
 
 def _within(path: str, base: str) -> bool:

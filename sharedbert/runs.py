@@ -1,5 +1,8 @@
 """Open a pretraining run anywhere: `sharedbert.restore(workdir, step=None)`.
 
+(`import sharedbert` is enough: the package's `restore` is this module's function, loaded on
+first use. This module is `sharedbert.runs`.)
+
     run = sharedbert.restore('/tmp/sharedbert_demo')   # the latest step, on the local devices
     out = run.encode(['The cat sat on the mat.'])      # sequence_output [N,T,D], pooled_output [N,D]
     run.fill_mask('Return the [MASK] of the list.')    # the top 5 tokens and their probabilities
@@ -20,8 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,24 +51,22 @@ _BUCKET = 16
 
 def checkpoint_steps(workdir: str) -> list[int]:
   """The completed checkpoint steps in WORKDIR/checkpoints, oldest first."""
-  import tensorflow as tf
   directory = checkpoint_lib.checkpoint_dir(workdir)
-  if not tf.io.gfile.isdir(directory):
+  if not paths.gfile().isdir(directory):
     return []
   # Orbax writes a step under a temporary name and renames it when complete.
-  return sorted(int(name.rstrip('/')) for name in tf.io.gfile.listdir(directory)
+  return sorted(int(name.rstrip('/')) for name in paths.gfile().listdir(directory)
                 if name.rstrip('/').isdigit())
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
   """A workdir's config.json as a ConfigDict; a UserError when it is not a sharedbert
   workdir."""
-  import tensorflow as tf
   path = os.path.join(workdir, 'config.json')
-  if not tf.io.gfile.exists(path):
+  if not paths.gfile().exists(path):
     raise UserError(f'{path} not found: {workdir} is not a sharedbert workdir (a pretraining '
                     'run writes config.json, vocab.model and checkpoints/ there)')
-  with tf.io.gfile.GFile(path) as f:
+  with paths.gfile().GFile(path) as f:
     return ml_collections.ConfigDict(json.load(f))
 
 
@@ -406,13 +405,3 @@ class RestoredClassifier:
             for p, i in zip(probs, probs.argmax(-1))]
 
 
-class _CallableModule(types.ModuleType):
-  """`sharedbert.restore` names both this module and its function: once the module has been
-  imported (`from sharedbert.restore import Restored`), the package attribute is the module,
-  so calling the module calls the function."""
-
-  def __call__(self, *args, **kwargs):
-    return restore(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
