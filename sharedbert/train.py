@@ -393,6 +393,12 @@ def _train(config, workdir: str, plan: Plan, *, early=None) -> dict:
       logging.warning(note)
   steps = _compile_steps(config, plan)
   start = _initial_state(config, workdir, plan, steps)
+  if start.step >= config.total_steps:
+    # A command that does nothing writes nothing: config.json (which model cards and
+    # exports read) keeps describing the run that made the checkpoints.
+    logging.info('Nothing to do: the checkpoint is at step %d and total_steps is %d; the '
+                 'workdir is left as it is', start.step, config.total_steps)
+    return {'step': start.step}
   data = _open_data(config, workdir, plan, is_chief)
   if is_chief:
     checkpoint_lib.set_aside_damaged(workdir, list(start.damaged_steps))
@@ -404,12 +410,6 @@ def _train(config, workdir: str, plan: Plan, *, early=None) -> dict:
                model_cfg.attention, f'{n_params:,}', dict(mesh.shape), jax.device_count(),
                jax.process_count())
   writer = MetricWriter(workdir, enabled=is_chief, resume_step=start.step)
-  if start.step >= config.total_steps:
-    logging.info('Nothing to do: the checkpoint is at step %d and total_steps is %d',
-                 start.step, config.total_steps)
-    ckpt.wait()
-    ckpt.close()
-    return {'step': start.step}
   if early is not None and early.raised:
     ckpt.close()
     what = 'interrupted' if early.signum == signal.SIGINT else 'preempted'

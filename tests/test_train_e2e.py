@@ -64,7 +64,16 @@ def test_tiny_run_learns_writes_its_workdir_and_resumes(tmp_path):
   assert steps[-4:] == [45, 50, 55, 60]
   assert sorted(os.listdir(workdir / 'checkpoints'), key=int)[-1] == '60'
 
-  # Running a finished run again does nothing and says so.
-  third = run_main(workdir, corpus, '--config.total_steps=60')
-  assert third.returncode == 0, third.stderr[-3000:]
-  assert 'Nothing to do' in third.stderr
+  # Running a finished run again does nothing and says so, and writes nothing: with a
+  # smaller total_steps too, config.json still describes the run that made the checkpoints
+  # (issue 56: it was rewritten with the new total_steps, and exports' cards followed it).
+  def snapshot():
+    return {str(p.relative_to(workdir)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in workdir.rglob('*') if p.is_file()}
+  before = snapshot()
+  for total in (60, 10):
+    third = run_main(workdir, corpus, f'--config.total_steps={total}')
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert 'Nothing to do' in third.stderr
+    assert snapshot() == before, total
+  assert json.loads((workdir / 'config.json').read_text())['total_steps'] == 60
