@@ -104,6 +104,10 @@ def imported(tmp_path_factory):
 def test_export_import_export_writes_identical_tensors(imported, tmp_path, variant):
   source = tmp_path / variant
   convert_shared.convert_workdir(str(imported), str(source), variant)
+  # A recipe of its own, unlike the default one an import writes.
+  recipe = json.loads((source / 'config.json').read_text())
+  recipe['total_steps'], recipe['data']['batch_size'], recipe['data']['seq_len'] = 30, 8, 16
+  (source / 'config.json').write_text(json.dumps(recipe))
   first, back, second = tmp_path / 'first', tmp_path / 'back', tmp_path / 'second'
   convert_hf.export_hf(str(source), str(first))
   config = json.loads((first / 'config.json').read_text())
@@ -117,6 +121,13 @@ def test_export_import_export_writes_identical_tensors(imported, tmp_path, varia
   a, b = load_file(str(first / 'model.safetensors')), load_file(str(second / 'model.safetensors'))
   assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
   assert json.loads((second / 'config.json').read_text()) == config
+  # The card still describes the run that trained the weights, not the import's default
+  # recipe at step 0 (issue 56).
+  assert config['sharedbert_trained']['recipe']['total_steps'] == json.loads(
+      (source / 'config.json').read_text())['total_steps']
+  card = (second / 'README.md').read_text()
+  assert card == (first / 'README.md').read_text()
+  assert '- trained: step 0 of 30, batch 8 x 16 tokens' in card
 
 
 def test_standard_keeps_its_native_layout_unless_custom_code_is_asked(imported, tmp_path):

@@ -422,6 +422,10 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   for key in (CUSTOM_KEYS if custom else ARCHITECTURE_KEYS):
     config.model[key] = hf_model[key]
   config.hf_checkpoint = os.path.abspath(hf_dir)
+  if custom and isinstance(hf_config.get('sharedbert_trained'), dict):
+    # How the exported weights were trained: a later export's card says so, not the
+    # import's default recipe at step 0.
+    config.imported_training = hf_config['sharedbert_trained']
   # The recipe the workdir resumes with, before any write (its seq_len may still need
   # lowering to a small checkpoint's max_position_embeddings: main says so).
   validation.check_table(config, validation.PRETRAIN)
@@ -525,7 +529,8 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
     if custom:
       card = hf_custom.card_from_workdir(workdir, model_cfg, params, step, head, head_params)
       hf_custom.write_dir(tmp, model_cfg, params, head=head, head_params=head_params,
-                          card=card)
+                          card=card, trained=None if head else hf_custom.training_record(
+                              workdir, step))
     else:
       write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
     names = write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)

@@ -62,9 +62,12 @@ def code_digest() -> str:
   return h.hexdigest()
 
 
-def config_json(cfg: ModelConfig, head: dict | None = None) -> dict:
+def config_json(cfg: ModelConfig, head: dict | None = None,
+                trained: dict | None = None) -> dict:
   """config.json of the folder: the model's settings under transformers' names, the
-  variant's own, and (with `head`, a fine-tuned classifier's description) its labels."""
+  variant's own, (with `head`, a fine-tuned classifier's description) its labels, and (with
+  `trained`, `training_record`'s dict) how the weights were trained, so that an import and
+  a later export describe the same run."""
   if cfg.attention not in EXPORTABLE:
     raise UserError(f'the attention variant {cfg.attention!r} has no PyTorch code in '
                     'sharedbert/convert/remote_code/modeling_sharedbert.py; add it there first')
@@ -90,6 +93,8 @@ def config_json(cfg: ModelConfig, head: dict | None = None) -> dict:
       'sharedbert_init': {'diag_init': cfg.diag_init, 'diag_init_scheme': cfg.diag_init_scheme,
                           'pairwise_init_std': cfg.pairwise_init_std},
   }
+  if trained:
+    out['sharedbert_trained'] = dict(trained)
   if head is not None:
     num_labels = int(head['num_labels'])
     names = list(head.get('labels') or [])
@@ -243,14 +248,14 @@ def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
 
 
 def write_dir(hf_dir: str, cfg: ModelConfig, params: dict[str, Any], *, head: dict | None,
-              head_params: dict[str, Any] | None, card: str):
+              head_params: dict[str, Any] | None, card: str, trained: dict | None = None):
   """config.json, the two code files, model.safetensors (sharedbert's names) and README.md."""
   tree = dict(params)
   if head is not None:
     tree['classifier'] = head_params
   os.makedirs(hf_dir, exist_ok=True)
   with open(os.path.join(hf_dir, 'config.json'), 'w', encoding='utf-8') as f:
-    json.dump(config_json(cfg, head), f, indent=2, sort_keys=True)
+    json.dump(config_json(cfg, head, trained), f, indent=2, sort_keys=True)
     f.write('\n')
   for name in CODE_FILES:
     shutil.copyfile(os.path.join(CODE_DIR, name), os.path.join(hf_dir, name))
@@ -260,10 +265,12 @@ def write_dir(hf_dir: str, cfg: ModelConfig, params: dict[str, Any], *, head: di
     f.write(card)
 
 
-def card_from_workdir(workdir: str, cfg: ModelConfig, params: dict[str, Any], step: int, head,
-                      head_params) -> str:
-  """The model card, with the recipe and held-out accuracy the workdir recorded."""
-  recipe, accuracy = {}, None
+def training_record(workdir: str, step: int, head=None) -> dict:
+  """How the checkpoint at `step` of `workdir` was trained: {'step', 'recipe' (total_steps,
+  batch_size, seq_len, lr; {} when unknown), 'mlm_accuracy' (or None)}. A workdir imported
+  from an export (and not trained since) reports the record the export carried, not the
+  import's default recipe."""
+  recipe, accuracy, c = {}, None, {}
   pretrain_dir = head['init_from'] if head and head.get('init_from') else workdir
   try:  # What the workdir recorded, when it can be read: the card is written without it.
     with open(os.path.join(pretrain_dir, 'config.json'), encoding='utf-8') as f:
@@ -272,10 +279,21 @@ def card_from_workdir(workdir: str, cfg: ModelConfig, params: dict[str, Any], st
               'seq_len': int(c['data']['seq_len']), 'lr': float(c['optim']['lr'])}
   except (OSError, KeyError, TypeError, ValueError):
     pass
+  imported = c.get('imported_training') if isinstance(c, dict) else None
+  if imported and (step == 0 or head):
+    return dict(imported)
   try:
     with open(os.path.join(pretrain_dir, 'summary.json'), encoding='utf-8') as f:
       accuracy = float(json.load(f).get('eval_mlm_accuracy'))
   except (OSError, AttributeError, TypeError, ValueError):
     accuracy = None
+  return {'step': step, 'recipe': recipe, 'mlm_accuracy': accuracy}
+
+
+def card_from_workdir(workdir: str, cfg: ModelConfig, params: dict[str, Any], step: int, head,
+                      head_params) -> str:
+  """The model card, with the recipe and held-out accuracy the workdir recorded."""
+  record = training_record(workdir, step, head)
   tree = dict(params) if head is None else {**params, 'classifier': head_params}
-  return model_card(cfg, tree, step=step, recipe=recipe, mlm_accuracy=accuracy, head=head)
+  return model_card(cfg, tree, step=step if head else record['step'], recipe=record['recipe'],
+                    mlm_accuracy=record['mlm_accuracy'], head=head)
