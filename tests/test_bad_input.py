@@ -83,13 +83,17 @@ def test_verbose_shows_the_traceback(tmp_path):
   assert 'sharedbert: error' not in result.stderr
 
 
-def test_error_in_training_setup_through_the_command_line(tmp_path):
+@pytest.mark.parametrize('steps', ['0', '3000000000'])
+def test_error_in_training_setup_through_the_command_line(tmp_path, steps):
+  """0 steps, and a count past int32 (issue 56: an OverflowError traceback from inside a
+  jitted computation), are one line each."""
   workdir = tmp_path / 'run'
-  result = cli('--config=configs/shared_base.py:tiny', '--config.total_steps=0',
+  result = cli('--config=configs/shared_base.py:tiny', f'--config.total_steps={steps}',
                f'--workdir={workdir}')
   assert result.returncode == 2, result.stderr[-3000:]
   assert [l for l in result.stderr.splitlines() if 'error' in l.lower()] == [
-      'sharedbert: error: total_steps must be a positive integer, got 0']
+      'sharedbert: error: total_steps must be a positive integer up to 2,147,483,647 (steps '
+      f'are counted in int32), got {steps}']
   assert 'Traceback' not in result.stderr
   assert not workdir.exists()
 
@@ -149,7 +153,7 @@ def no_txt_files(tmp_path):
 
 
 @pytest.mark.parametrize('overrides, message', [
-    (dict(total_steps=0), 'total_steps must be a positive integer, got 0'),
+    (dict(total_steps=0), 'total_steps must be a positive integer up to 2,147,483,647'),
     ({'model.attention': 'sharde'}, "unknown attention variant 'sharde' (config.model.attention)"),
     ({'data.corpus': lambda t: str(t / 'missing.txt')}, 'corpus path {tmp}/missing.txt does '
      'not exist; set config.data.corpus to demo, a .txt file or directory, or tfds:NAME'),
@@ -206,7 +210,7 @@ OUT_OF_RANGE = [
     ({'optim.b2': 1.0}, 'optim.b2 must be a number in [0, 1), got 1.0'),
     ({'optim.weight_decay': float('inf')},
      'optim.weight_decay must be a finite number >= 0, got inf'),
-    ({'optim.warmup_steps': -1}, 'optim.warmup_steps must be an integer >= 0, got -1'),
+    ({'optim.warmup_steps': -1}, 'optim.warmup_steps must be an integer in [0, 2,147,483,647], got -1'),
     ({'model.dropout_rate': 1.5}, 'model.dropout_rate must be a number in [0, 1), got 1.5'),
     ({'model.num_layers': 0}, 'model.num_layers must be a positive integer, got 0'),
     ({'mesh.fsdp': 0}, 'mesh.fsdp must be a positive integer, or -1 for all devices the '

@@ -149,10 +149,15 @@ OPTIM = {
 
 MESH = {'data': MESH_AXIS, 'fsdp': MESH_AXIS, 'tensor': MESH_AXIS}
 
+# The train state counts steps in int32 (and the schedule reads them there).
+MAX_STEPS = 2**31 - 1
+STEPS = integer(1, MAX_STEPS, text=f'a positive integer up to {MAX_STEPS:,} (steps are counted '
+                'in int32)')
+
 PRETRAIN = {
     'seed': NON_NEGATIVE,
     'restart': BOOL,
-    'total_steps': POSITIVE,
+    'total_steps': STEPS,
     'log_every_steps': POSITIVE,
     'eval_every_steps': POSITIVE,
     'eval_batches': integer(0, text='an integer >= 0 (0: every held-out batch)'),
@@ -171,8 +176,9 @@ PRETRAIN = {
     'data.vocab_model_type': one_of('unigram', 'bpe', 'char', 'word'),
     'data.shuffle_buffer': POSITIVE,
     **{f'optim.{k}': r for k, r in OPTIM.items()},
-    'optim.warmup_steps': NON_NEGATIVE,
-    'optim.schedule_steps': integer(0, text='an integer >= 0 (0: total_steps)'),
+    'optim.warmup_steps': integer(0, MAX_STEPS, text=f'an integer in [0, {MAX_STEPS:,}]'),
+    'optim.schedule_steps': integer(0, MAX_STEPS, text=f'an integer in [0, {MAX_STEPS:,}] '
+                                    '(0: total_steps)'),
     'optim.grad_accum_steps': POSITIVE,
     'optim.max_skipped_steps': POSITIVE,
     **{f'mesh.{k}': r for k, r in MESH.items()},
