@@ -313,3 +313,26 @@ def test_bootstrap_seed_mean_scores_every_seed_on_the_same_resample():
   np.testing.assert_allclose(dist, expected)
   low, high = stats.percentile_interval(dist, 0.9)
   assert low <= np.mean([glue_metrics.accuracy(p, labels) for p in preds]) <= high
+
+
+def test_a_causal_encoder_is_refused_for_cls_pooling_and_allowed_for_mean(untrained,
+                                                                          tmp_path):
+  """Issue 56: [CLS] of a causal model sees only itself, so the classifier got one vector for
+  every input and predicted one class, silently. Refused in one line before anything is
+  written; mean pooling (every token, the last seeing the whole row) passes the check."""
+  import json as json_lib
+  config_path = untrained / 'config.json'
+  saved = json_lib.loads(config_path.read_text())
+  saved['model']['causal'] = True
+  config_path.write_text(json_lib.dumps(saved))
+  c = glue_config('task=sst2')
+  c.init_from = str(untrained)
+  run = finetune.open_pretrained(str(untrained))
+  mesh = sharding.make_mesh(c.mesh)
+  with pytest.raises(UserError, match=r'is a causal model .* set --config.pooling=mean'):
+    finetune.check_fit(c, run, ['sst2'], mesh)
+  with pytest.raises(UserError, match='is a causal model'):
+    finetune.finetune_and_evaluate(c, str(tmp_path / 'ft'))
+  assert not (tmp_path / 'ft').exists()
+  c.pooling = 'mean'
+  finetune.check_fit(c, run, ['sst2'], mesh)

@@ -20,7 +20,8 @@ def pretrain(config) -> ModelConfig:
   validation.check_table(config, validation.PRETRAIN)
   model_cfg = ModelConfig.from_config(config.model)
   d, optim = config.data, config.optim
-  if d.seq_len > model_cfg.max_position_embeddings:
+  if (model_cfg.position_embeddings == 'learned'  # Rotary and none have no table to outrun.
+      and d.seq_len > model_cfg.max_position_embeddings):
     raise UserError(f'data.seq_len={d.seq_len} exceeds model.max_position_embeddings='
                     f'{model_cfg.max_position_embeddings}; data.seq_len must be an integer '
                     f'from 2 to {model_cfg.max_position_embeddings}')

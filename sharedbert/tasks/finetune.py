@@ -160,7 +160,14 @@ def check_fit(config, pretrained: PretrainedRun, tasks, mesh) -> None:
     raise UserError(f'batch_size={config.batch_size} is not divisible by the data-parallel '
                     f'size {dp} (mesh.data * mesh.fsdp); choose a multiple of it')
   model_cfg = pretrained.model_config
-  if config.data.seq_len > model_cfg.max_position_embeddings:
+  if model_cfg.causal and config.pooling == 'cls':
+    # [CLS] at position 0 of a causal model attends to itself only: the classifier would see
+    # the same vector for every input (issue 56: 408 MRPC predictions of one class).
+    raise UserError(f'config.init_from={config.init_from} is a causal model (each token sees '
+                    'only those before it), so its [CLS] output is the same for every input; '
+                    'set --config.pooling=mean to pool every token\'s output')
+  learned = model_cfg.position_embeddings == 'learned'  # Rotary positions have no table.
+  if learned and config.data.seq_len > model_cfg.max_position_embeddings:
     raise UserError(f'data.seq_len={config.data.seq_len} exceeds the pretrained model\'s '
                     f'max_position_embeddings={model_cfg.max_position_embeddings}; '
                     f'data.seq_len must be an integer from 3 to '
