@@ -211,13 +211,13 @@ def test_rotary_has_no_table_and_no_length_limit():
   # A pretraining config's rows may outrun the (unused) table size too.
   from sharedbert import config as sb_config
   from sharedbert.config import checks
-  config = sb_config.pretrain_config('shared', 'tiny')
-  config.model.update(position_embeddings='rotary', max_position_embeddings=16)
-  config.data.seq_len = 64
-  assert checks.pretrain(config).position_embeddings == 'rotary'
-  config.model.position_embeddings = 'learned'
+  run = sb_config.pretrain_config('shared', 'tiny')
+  run.model.update(position_embeddings='rotary', max_position_embeddings=16)
+  run.data.seq_len = 64
+  assert checks.pretrain(run).position_embeddings == 'rotary'
+  run.model.position_embeddings = 'learned'
   with pytest.raises(UserError, match='exceeds model.max_position_embeddings=16'):
-    checks.pretrain(config)
+    checks.pretrain(run)
 
 
 @pytest.mark.parametrize('value,match', [
