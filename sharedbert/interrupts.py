@@ -1,10 +1,13 @@
-"""Ctrl-C and SIGTERM as a stop at the next step boundary, in every command that trains.
+"""Ctrl-C, SIGTERM and SIGHUP as a stop at the next step boundary, in every command that
+trains (SIGHUP, the terminal closing, is handled as a preemption: a run whose terminal goes
+away saves and stops instead of dying mid-write, and exits 129).
 
 The signal handler only sets a flag: Python runs handlers between bytecodes of the main
 thread, so a flag set during XLA compilation is seen after it, where raising in the
 middle of it (Python's default KeyboardInterrupt) crashed the interpreter. Loops call
 `check()` at their step boundaries; it raises `Stopped`, which every command prints as one
-line and exits 130 (Ctrl-C) or 143 (SIGTERM) (errors.one_line_errors, sharedbert.main).
+line and exits 128 + the signal: 130 (Ctrl-C), 143 (SIGTERM) or 129 (SIGHUP)
+(errors.one_line_errors, sharedbert.main).
 What a command keeps is its own: pretraining saves a checkpoint (train.py has its own
 handler for that); GLUE keeps its finished seeds; the study and the probes their finished
 runs. A second Ctrl-C stops at once.
@@ -22,14 +25,16 @@ from absl import logging
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT.
 PREEMPTED_EXIT_CODE = 143    # 128 + SIGTERM: a scheduler may restart the same command.
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+HANGUP_EXIT_CODE = 129       # 128 + SIGHUP.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _received: list[int] = []  # The signals seen since stop_on_signals was entered.
 
 
 def signal_name(signum: int) -> str:
-  """'Ctrl-C (SIGINT)' or 'SIGTERM', for messages."""
-  return 'Ctrl-C (SIGINT)' if signum == signal.SIGINT else 'SIGTERM'
+  """'Ctrl-C (SIGINT)', 'SIGHUP (the terminal closed)' or 'SIGTERM', for messages."""
+  return {signal.SIGINT: 'Ctrl-C (SIGINT)',
+          signal.SIGHUP: 'SIGHUP (the terminal closed)'}.get(signum, 'SIGTERM')
 
 
 class Stopped(Exception):
@@ -44,8 +49,9 @@ class Stopped(Exception):
 
   @property
   def exit_code(self) -> int:
-    """130 after a Ctrl-C, 143 after a SIGTERM."""
-    return INTERRUPTED_EXIT_CODE if self.signum == signal.SIGINT else PREEMPTED_EXIT_CODE
+    """128 + the signal: 130 after a Ctrl-C, 143 after a SIGTERM, 129 after a SIGHUP."""
+    return {signal.SIGINT: INTERRUPTED_EXIT_CODE,
+            signal.SIGHUP: HANGUP_EXIT_CODE}.get(self.signum, PREEMPTED_EXIT_CODE)
 
 
 # Python drops an exception raised inside a garbage-collector or weakref callback ("Exception

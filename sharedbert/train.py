@@ -86,7 +86,7 @@ class _SignalFlag:
     self.raised = False
     self._previous = None
 
-  SIGNALS = (signal.SIGTERM, signal.SIGINT)  # A preemption, and Ctrl-C.
+  SIGNALS = interrupts.SIGNALS  # Ctrl-C, a preemption, the terminal closing.
 
   def __enter__(self):
     self.signum = None
@@ -103,8 +103,8 @@ class _SignalFlag:
     return self
 
   def _handle(self, signum, frame):
-    name = 'Ctrl-C (SIGINT)' if signum == signal.SIGINT else 'SIGTERM'
-    logging.warning('%s received: saving a checkpoint at the end of this step', name)
+    logging.warning('%s received: saving a checkpoint at the end of this step',
+                    interrupts.signal_name(signum))
     self.raised = True
     self.signum = self.signum or signum
 
@@ -549,7 +549,8 @@ def _loop(config, plan: Plan, steps: _Steps, start: _Start, data: PretrainData, 
       if ckpt.should_save(done) or final or preempted:
         saved = save(done)
       if preempted:
-        what = 'interrupted' if sigterm.signum == signal.SIGINT else 'preempted'
+        what = {signal.SIGINT: 'interrupted', signal.SIGHUP: 'stopped by SIGHUP'}.get(
+            sigterm.signum, 'preempted')
         stop(Preempted(f'{what} at step {done}; checkpoint saved in {ckpt.directory}; run '
                        'the same command to resume' if saved else f'{what} at step {done}, '
                        f'inside {streak} non-finite step(s): not saved, and {kept()}; run '

@@ -88,6 +88,62 @@ def test_ctrl_c_while_fine_tuning_stops_at_a_step_and_the_rerun_finishes(
   assert (workdir / 'sst2' / 'seed_1' / 'metrics.json').exists()
 
 
+@pytest.fixture
+def big_dev_dir(tmp_path):
+  """SST-2 whose dev set takes seconds to score (20,000 rows), so that a signal can land
+  in the middle of an evaluation."""
+  import random
+  from test_finetune import _sentence
+  rng = random.Random(2)
+  task = tmp_path / 'glue_big' / 'SST-2'
+  task.mkdir(parents=True)
+  for name, n in (('train', 64), ('dev', 20000)):
+    with open(task / f'{name}.tsv', 'w') as f:
+      f.write('sentence\tlabel\n')
+      f.writelines(f'{_sentence(rng, i % 2)}\t{i % 2}\n' for i in range(n))
+  return tmp_path / 'glue_big'
+
+
+def sigterm_stop(proc, log, within_s=10.0):
+  """SIGTERM now; the command must exit 143 with one line within `within_s` seconds."""
+  t0 = time.time()
+  proc.send_signal(signal.SIGTERM)
+  code = proc.wait(timeout=TIMEOUT)
+  took = time.time() - t0
+  text = log.read_text()
+  assert code == 143, text[-3000:]
+  assert took < within_s, f'stopped {took:.1f} s after SIGTERM'
+  assert 'Traceback' not in text, text[-3000:]
+  lines = [l for l in text.splitlines() if l.startswith('sharedbert: ')]
+  assert len(lines) == 1 and 'stopped by SIGTERM' in lines[0], text[-3000:]
+  return took
+
+
+def test_sigterm_mid_epoch_stops_within_seconds_with_143(untrained, sst2_dir, tmp_path):
+  """Issue 56, item 5: fine-tuning queued a whole epoch ahead and saw a SIGTERM only at the
+  epoch's end. Now a few steps at most: exit 143 within 10 s, nothing of the seed written,
+  and the rerun finishes."""
+  workdir, log = tmp_path / 'ft', tmp_path / 'ft.log'
+  proc = start(glue_command(untrained, sst2_dir, workdir, '--config.num_epochs=40',
+                            '--config.log_every_steps=1'), log)
+  wait_for('seed 0 epoch 1: step 2/', proc, log)
+  sigterm_stop(proc, log)
+  assert not (workdir / 'sst2' / 'seed_0' / 'metrics.json').exists()
+
+
+def test_sigterm_during_the_last_evaluation_is_not_lost(untrained, big_dev_dir, tmp_path):
+  """In the last epoch of the last seed a SIGTERM during evaluation was lost: results were
+  written and the command exited 0. Now the evaluation stops within seconds, exit 143, and
+  the seed is not recorded as finished (the rerun runs it)."""
+  workdir, log = tmp_path / 'ft', tmp_path / 'ft.log'
+  proc = start(glue_command(untrained, big_dev_dir, workdir, '--config.num_epochs=1',
+                            '--config.seeds=1'), log)
+  wait_for('sst2 seed 0 epoch 1: scoring', proc, log)
+  sigterm_stop(proc, log)
+  assert not (workdir / 'sst2' / 'seed_0' / 'metrics.json').exists()
+  assert not (workdir / 'results.json').exists()
+
+
 def test_ctrl_c_before_fine_tuning_compiles_or_while_it_loads_is_one_line(
     untrained, sst2_dir, tmp_path):
   """While Python loads (quit_at_once) and while the first step compiles (the flag is read

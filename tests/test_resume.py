@@ -323,6 +323,25 @@ def test_ctrl_c_during_training_saves_at_its_step_and_exits_130(setup, tmp_path)
   # (resumes are exact: test_preempt_kill_damage_resume_equals_uninterrupted_run).
 
 
+def test_sighup_saves_like_sigterm_exits_129_and_leaves_no_temporary_folder(setup, tmp_path):
+  """Issue 56, item 6: the terminal closing (SIGHUP) killed the run with exit 129, no
+  message, no checkpoint and a *.orbax-checkpoint-tmp folder left behind. Now it saves at
+  its step, says so in one line and exits 129."""
+  root, corpus, env = setup
+  run_dir, log = tmp_path / 'run', tmp_path / 'run.log'
+  proc = start(command(corpus, run_dir, *CHAIN), env, log)
+  wait_until(lambda: records(run_dir), proc, log, 'the first log line')
+  proc.send_signal(signal.SIGHUP)
+  assert proc.wait(timeout=TIMEOUT) == 129, log.read_text()[-3000:]
+  text = log.read_text()
+  assert _traceback_free(text), text[-3000:]
+  line = [l for l in text.splitlines() if l.startswith('sharedbert: stopped by SIGHUP at step ')]
+  assert len(line) == 1, text[-3000:]
+  at = int(line[0].split(' at step ')[1].split(';')[0])
+  assert steps(run_dir)[-1] == at
+  assert not [p for p in (run_dir / 'checkpoints').iterdir() if 'tmp' in p.name]
+
+
 def test_ctrl_c_before_the_first_step_exits_130_without_a_traceback(setup, tmp_path):
   """SIGINT while the run builds its state and compiles (it segfaulted, rc 139): one line,
   exit 130, nothing trained and nothing saved."""

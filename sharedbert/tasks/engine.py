@@ -182,6 +182,11 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
   return np.random.default_rng([seed, epoch]).permutation(n)
 
 
+# Training steps queued ahead of the one running: enough to keep the device busy while the
+# host makes the next batch, few enough that a stop is seen within a step or two.
+IN_FLIGHT = 2
+
+
 def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, batch_size: int,
               seed: int, epoch: int, mesh, process: tuple[int, int] = (0, 1),
               on_step: Optional[Callable] = None):
@@ -200,6 +205,10 @@ def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, bat
     batch = sharding.global_batch(make_batch(arrays, idx, batch_size, process), mesh)
     state, loss = step_fn(state, batch)
     losses.append(loss)
+    if i >= IN_FLIGHT:
+      # At most IN_FLIGHT steps queued: unbounded, the loop queued a whole epoch in
+      # seconds and a signal was seen only when the epoch's losses were read (issue 56).
+      losses[i - IN_FLIGHT].block_until_ready()
     if on_step is not None:
       on_step(i + 1, losses)
     interrupts.check('finished runs are kept; the interrupted one starts over')
@@ -227,6 +236,7 @@ def predict(predict_fn: Callable, params, arrays: Mapping[str, np.ndarray],
     batch = make_batch(inputs, idx, batch_size, process, cols)
     batch.pop('weights')
     y = jax.device_get(predict_fn(params, sharding.global_batch(batch, mesh)))
+    interrupts.check('finished runs are kept; the interrupted one starts over')
     if out is None:
       out = jax.tree.map(lambda a: np.zeros((n,) + np.shape(a)[1:], np.asarray(a).dtype), y)
     jax.tree.map(lambda o, a: o.__setitem__(idx, np.asarray(a)[:len(idx)]), out, y)

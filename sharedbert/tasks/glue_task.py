@@ -23,6 +23,7 @@ import orbax.checkpoint as ocp
 import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import interrupts
 from sharedbert.tasks import classifiers
 from sharedbert.tasks import glue_report
 from sharedbert.utils import jsonio
@@ -204,11 +205,14 @@ class TaskRun:
                             batch_size=self.eval_batch, mesh=self.mesh, process=self.process)
     return np.asarray(logits, np.float32)
 
-  def evaluate_dev(self, params) -> dict:
-    """Per dev split: predictions and the task's metrics and score (fractions)."""
+  def evaluate_dev(self, params, label: str | None = None) -> dict:
+    """Per dev split: predictions and the task's metrics and score (fractions); with
+    `label` ('sst2 seed 0 epoch 1'), logged as it starts."""
     out = {}
     for split in self.spec.dev_splits:
       feats = self.features[split]
+      if label:
+        logging.info('%s: scoring %s rows of %s', label, f'{len(feats.labels):,}', split)
       preds = _predictions(self.spec, self.predict(params, feats))
       metrics = glue_metrics.task_metrics(self.spec, preds, feats.labels)
       out[split] = {'predictions': preds, 'metrics': metrics,
@@ -274,7 +278,8 @@ class TaskRun:
     for epoch in range(1, c.num_epochs + 1):
       t_epoch = time.time()
       state, train_loss = self.train_epoch(state, seed, epoch)
-      dev = self.evaluate_dev(state.params)
+      dev = self.evaluate_dev(state.params, f'{spec.name} seed {seed} epoch {epoch}')
+      interrupts.check('finished seeds are kept; the interrupted one starts over')
       elapsed = time.time() - t_epoch
       record = {'epoch': epoch, 'train_loss': train_loss, 'time_s': round(elapsed, 2),
                 'dev': {s: {'metrics': v['metrics'], 'score': v['score']} for s, v in dev.items()}}
@@ -321,6 +326,7 @@ class TaskRun:
                               'predictions_file': _dev_predictions_name(spec, split)}
     test_predictions = {s: _predictions(spec, self.predict(params, self.features[s]))
                         for s in self.test_splits}
+    interrupts.check('finished seeds are kept; the interrupted one starts over')
     if is_chief:
       self._write_seed(seed_dir, record, dev, test_predictions)
     for split, v in dev.items():
