@@ -37,7 +37,8 @@ setup(
         'tpu': ['jax[tpu]>=0.7,<0.13'],
         'cuda': ['jax[cuda12]>=0.7,<0.13'],
         # Hugging Face peer for benchmarks and checkpoint conversion; never a test dependency.
-        'bench': ['torch>=2.4', 'transformers>=4.40', 'safetensors>=0.4,<1'],
+        # accelerate: transformers' Trainer (fine-tuning an export) needs it.
+        'bench': ['torch>=2.4', 'transformers>=4.40', 'accelerate>=0.26', 'safetensors>=0.4,<1'],
         'hf': ['safetensors>=0.4,<1'],
     },
     entry_points={'console_scripts': ['sharedbert=sharedbert.cli:command']},

@@ -48,6 +48,15 @@ def test_every_variant_has_a_golden():
     # output_attentions: one [B, N, T, S] probability tensor per layer, as BertModel's.
     assert c['attention_layers'] == c['config']['num_hidden_layers'], name
     assert c['max_abs_attention_difference'] <= 1e-4, name
+    # What else transformers' BERT answers (issue 56): the input embeddings, a warning for a
+    # padded batch without attention_mask, gradient checkpointing with the same gradients,
+    # and resize_token_embeddings keeping every old logit.
+    api = c['api']
+    assert api['input_embeddings'] and api['warns_without_attention_mask'], name
+    assert api['gradient_checkpointing_max_grad_difference'] <= 1e-4, name
+    assert api['layer_forward_calls_with_checkpointing'] == 2, name  # Recomputed: on.
+    assert api['resize_token_embeddings_max_difference'] <= 1e-4, name
+    assert api['resized_rows'] == c['config']['vocab_size'] + 5, name
   assert len(cases['masa']['atom_tensors']) == len(cases['masa']['config']['masa_projections'])
 
 

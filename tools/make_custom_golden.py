@@ -135,10 +135,49 @@ with tempfile.TemporaryDirectory() as saved:
   again = auto.from_pretrained(saved, trust_remote_code=True).eval()
   with torch.no_grad():
     resaved = float(np.max(np.abs(again(**feed).logits.numpy() - logits)))
+# What else BertModel / BertForMaskedLM / BertForSequenceClassification answer (issue 56).
+import logging as py_logging
+api = {}
+seen = []
+class Catch(py_logging.Handler):
+  def emit(self, record):
+    seen.append(record.getMessage())
+py_logging.getLogger('transformers').addHandler(Catch())
+table = model.get_input_embeddings()
+api['input_embeddings'] = list(table.weight.shape) == [config.vocab_size, config.hidden_size]
+with torch.no_grad():  # A padded row (its last id is [PAD] = 0) without attention_mask.
+  model(input_ids=feed['input_ids'], token_type_ids=feed['token_type_ids'])
+api['warns_without_attention_mask'] = any('attention_mask' in m for m in seen)
+def grads():
+  model.zero_grad()
+  model(**feed).logits.float().square().mean().backward()
+  return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+model.train()
+plain = grads()
+model.gradient_checkpointing_enable()
+# Recomputed in the backward pass: the layers' forward runs twice per step.
+calls = []
+hook = model.base_model.layer_0.register_forward_pre_hook(lambda *a: calls.append(1))
+checkpointed = grads()
+hook.remove()
+api['layer_forward_calls_with_checkpointing'] = len(calls)
+model.gradient_checkpointing_disable()
+model.eval()
+api['gradient_checkpointing_max_grad_difference'] = max(
+    float((plain[n] - checkpointed[n]).abs().max()) for n in plain)
+rows = config.vocab_size
+model.resize_token_embeddings(rows + 5)
+with torch.no_grad():
+  grown = model(**feed).logits.numpy()
+if grown.shape[-1] == rows + 5:  # A masked-LM: the old tokens' logits are unchanged.
+  grown = grown[..., :rows]
+api['resize_token_embeddings_max_difference'] = float(np.max(np.abs(grown - logits)))
+api['resized_rows'] = int(model.get_input_embeddings().weight.shape[0])
 np.savez(npz + '.out.npz', logits=logits,
          **{f'attention_{i}': a for i, a in enumerate(attentions)})
 atoms = [n for n, _ in model.named_parameters() if n.endswith('.atoms')]
 print('JSON' + json.dumps({'resaved': resaved, 'atoms': atoms, 'hidden_states': len(hidden),
+                           'api': api,
                            'versions': [transformers.__version__, torch.__version__]}))
 '''
 
@@ -179,14 +218,21 @@ def main():
                                         - log_probs(logits)[real])))
     attention_diff = max(float(np.max(np.abs(theirs[f'attention_{i}'] - a)))
                          for i, a in enumerate(attentions))
+    api = report['api']
     failed |= (max(diff, log_prob_diff, attention_diff) > TOLERANCE or report['resaved'] > 0
-               or len(attentions) != cfg.num_layers)
+               or len(attentions) != cfg.num_layers or not api['input_embeddings']
+               or not api['warns_without_attention_mask']
+               or api['gradient_checkpointing_max_grad_difference'] > TOLERANCE
+               or api['resize_token_embeddings_max_difference'] > TOLERANCE
+               or api['resized_rows'] != cfg.vocab_size + 5
+               or api['layer_forward_calls_with_checkpointing'] != 2)
     weights = {f'w:{k}': v for k, v in hf_custom.tensors_from_params(params).items()}
     np.savez_compressed(out / f'{name}.npz', **x, **theirs, **weights)
     manifest['cases'][name] = {'config': config, 'max_abs_logit_difference': diff,
                                'max_abs_log_prob_difference': log_prob_diff,
                                'max_abs_attention_difference': attention_diff,
                                'attention_layers': len(attentions),
+                               'api': report['api'],
                                'resaved_difference': report['resaved'],
                                'hidden_states': report['hidden_states'],
                                'atom_tensors': report['atoms']}
@@ -194,7 +240,7 @@ def main():
                             'torch': report['versions'][1]}
     print(f'{name:24s} max |transformers - sharedbert|: logits {diff:.2e}, log-probs '
           f'{log_prob_diff:.2e}, attention {attention_diff:.2e}; after save_pretrained and '
-          f'reload: {report["resaved"]:.1e}', flush=True)
+          f'reload: {report["resaved"]:.1e}; API {api}', flush=True)
   (out / 'manifest.json').write_text(json.dumps(manifest, indent=2, sort_keys=True) + '\n')
   sys.exit(1 if failed else 0)
 

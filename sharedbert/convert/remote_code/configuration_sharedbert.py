@@ -43,7 +43,12 @@ class SharedBertConfig(PretrainedConfig):
                        f"{position_embeddings!r}")
     if pooling not in ('cls', 'mean'):
       raise ValueError(f"pooling must be 'cls' or 'mean', not {pooling!r}")
+    # No begin/end-of-sequence ids (an encoder); named, as transformers' padding check
+    # reads them.
+    bos_token_id = kwargs.pop('bos_token_id', None)
+    eos_token_id = kwargs.pop('eos_token_id', None)
     super().__init__(pad_token_id=pad_token_id, **kwargs)
+    self.bos_token_id, self.eos_token_id = bos_token_id, eos_token_id
     self.attention_variant = attention_variant
     self.vocab_size = vocab_size
     self.hidden_size = hidden_size

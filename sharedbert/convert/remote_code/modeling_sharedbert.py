@@ -257,6 +257,8 @@ class FeedForward(nn.Module):
 
 class EncoderLayer(nn.Module):
   """Attention and feed-forward sublayers with residuals; post-LN (BERT) or pre-LN."""
+  # Set by PreTrainedModel.gradient_checkpointing_enable (with _gradient_checkpointing_func).
+  gradient_checkpointing = False
 
   def __init__(self, config, layer_index):
     super().__init__()
@@ -279,9 +281,27 @@ class EncoderLayer(nn.Module):
 
 
 class Embed(nn.Module):
+  """A table [rows, width] (Flax's name, `embedding`); called with ids, it looks them up, as
+  nn.Embedding does (`get_input_embeddings()(ids)`)."""
+
   def __init__(self, rows, width):
     super().__init__()
     self.embedding = nn.Parameter(torch.zeros(rows, width))
+
+  @property
+  def weight(self):  # nn.Embedding's name, for code that reads it.
+    return self.embedding
+
+  @property
+  def num_embeddings(self):
+    return self.embedding.shape[0]
+
+  @property
+  def embedding_dim(self):
+    return self.embedding.shape[1]
+
+  def forward(self, ids):
+    return self.embedding[ids]
 
 
 class Embeddings(nn.Module):
@@ -307,6 +327,49 @@ class Embeddings(nn.Module):
 class SharedBertPreTrainedModel(PreTrainedModel):
   config_class = SharedBertConfig
   base_model_prefix = 'bert'
+  supports_gradient_checkpointing = True
+
+  def get_input_embeddings(self):
+    return self.base_model.embeddings.word_embeddings
+
+  def set_input_embeddings(self, value):
+    if not isinstance(value, Embed):  # e.g. an nn.Embedding: keep the table, in our module.
+      table = Embed(*value.weight.shape)
+      table.embedding = value.weight
+      value = table
+    self.base_model.embeddings.word_embeddings = value
+
+  def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None,
+                              mean_resizing=True):
+    """As PreTrainedModel's: the word table to `new_num_tokens` rows (rounded up to
+    `pad_to_multiple_of`), old rows kept, new rows the mean of the old ones (mean_resizing)
+    or N(0, initializer_range); the MLM head's output bias follows (new entries 0), since
+    its decoder is the word table itself. Returns the table."""
+    table = self.get_input_embeddings()
+    if new_num_tokens is None and pad_to_multiple_of is None:
+      return table
+    old = table.embedding.data
+    rows = old.shape[0] if new_num_tokens is None else int(new_num_tokens)
+    if pad_to_multiple_of:
+      rows = -(-rows // pad_to_multiple_of) * pad_to_multiple_of
+    new = old.new_empty(rows, old.shape[1])
+    keep = min(rows, old.shape[0])
+    new[:keep] = old[:keep]
+    if rows > keep:
+      if mean_resizing:
+        new[keep:] = old.mean(0, keepdim=True)
+      else:
+        nn.init.normal_(new[keep:], std=self.config.initializer_range)
+    table.embedding = nn.Parameter(new)
+    head = getattr(self, 'mlm_head', None)
+    if head is not None:
+      bias = head.output_bias.data
+      grown = bias.new_zeros(rows)
+      grown[:min(rows, bias.shape[0])] = bias[:rows]
+      head.output_bias = nn.Parameter(grown)
+    self.config.vocab_size = rows
+    self.base_model.config.vocab_size = rows
+    return table
 
   def _init_weights(self, module):
     """Weights not in a checkpoint (a new classifier): BERT's N(0, initializer_range)."""
@@ -342,6 +405,9 @@ class SharedBertModel(SharedBertPreTrainedModel):
     """As BertModel: hidden_states (L + 1 of [B, T, D]) and attentions (L of [B, N, T, S],
     the softmax probabilities) when asked for."""
     if attention_mask is None:
+      # As BertModel: a padded batch without a mask attends to its padding; say so.
+      if hasattr(self, 'warn_if_padding_and_no_attention_mask'):
+        self.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
       attention_mask = torch.ones_like(input_ids)
     if token_type_ids is None:
       token_type_ids = torch.zeros_like(input_ids)
@@ -354,7 +420,11 @@ class SharedBertModel(SharedBertPreTrainedModel):
     x = self.embeddings(input_ids, token_type_ids)
     hidden_states, attentions = [x], []
     for i in range(self.config.num_hidden_layers):
-      x, attention = getattr(self, f'layer_{i}')(x, mask, dictionary)
+      layer = getattr(self, f'layer_{i}')
+      if layer.gradient_checkpointing and self.training and torch.is_grad_enabled():
+        x, attention = layer._gradient_checkpointing_func(layer.__call__, x, mask, dictionary)
+      else:
+        x, attention = layer(x, mask, dictionary)
       hidden_states.append(x)
       attentions.append(attention)
     if self.config.pre_layer_norm:
@@ -415,6 +485,8 @@ class SharedBertForSequenceClassification(SharedBertPreTrainedModel):
   def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
               output_hidden_states=None, output_attentions=None, return_dict=None, **kwargs):
     if attention_mask is None:
+      if hasattr(self, 'warn_if_padding_and_no_attention_mask'):
+        self.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
       attention_mask = torch.ones_like(input_ids)
     out = self.bert(input_ids, attention_mask, token_type_ids,
                     output_hidden_states=output_hidden_states,
