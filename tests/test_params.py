@@ -56,6 +56,8 @@ def qkv_formula(cfg: ModelConfig) -> tuple[int, int]:
     return layers * 3 * dense, layers * dense
   if cfg.attention == 'shared':
     return layers * (dense + 3 * d), layers * dense
+  if cfg.attention == 'shared_qk':  # S and V, plus d_q and d_k.
+    return layers * (2 * dense + 2 * d), layers * dense
   if cfg.attention == 'symmetric':
     return layers * 2 * dense, layers * dense
   if cfg.attention == 'pairwise':
@@ -82,7 +84,7 @@ def qkv_formula(cfg: ModelConfig) -> tuple[int, int]:
     ('partial_qk', dict(qk_shared_fraction=1.0)),
     ('masa', dict(masa_atoms=1, masa_projections='qkvo')),
     ('masa', dict(masa_atoms=2, masa_projections='kv')),
-    ('kv_shared', {}), ('single', {}), ('q_identity', {}),
+    ('kv_shared', {}), ('single', {}), ('q_identity', {}), ('shared_qk', {}),
 ])
 def test_counts_follow_the_design_formulas(attention, kw):
   cfg = ModelConfig(attention=attention, **SMALL, **kw)
@@ -105,9 +107,9 @@ def test_counts_follow_the_design_formulas(attention, kw):
 
 def test_all_variants_table():
   cfgs = params_lib.variant_configs(None, 'tiny', {'model.num_layers': 6})
-  assert [c.attention for c in cfgs] == ['standard', 'shared', 'symmetric', 'pairwise',
-                                         'kv_shared', 'single', 'q_identity', 'partial_qk',
-                                         'masa']
+  assert [c.attention for c in cfgs] == ['standard', 'shared', 'shared_qk', 'symmetric',
+                                         'pairwise', 'kv_shared', 'single', 'q_identity',
+                                         'partial_qk', 'masa']
   assert all(c.num_layers == 6 and c.hidden_size == 128 for c in cfgs)
   text = params_lib.report_all(cfgs)
   lines = text.splitlines()
@@ -138,6 +140,7 @@ def test_command_all_at_bert_base():
     assert figure in shared, figure
   # Issue 31's closed forms at BERT-base, from the trees.
   for name, total in (('kv_shared', '102,395,136'), ('single', '95,308,032'),
+                      ('shared_qk', '102,413,568'),
                       ('q_identity', '102,395,136'), ('symmetric', '102,395,136')):
     assert total in rows[name], (name, rows[name])
 

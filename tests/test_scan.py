@@ -25,8 +25,8 @@ from sharedbert.models.bert import (BertForPretraining, ModelConfig, stack_layer
                                     unstack_layers)
 from test_model import make_inputs
 
-VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'masa', 'kv_shared',
-            'single', 'q_identity')
+VARIANTS = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk', 'masa',
+            'kv_shared', 'single', 'q_identity')
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=64,
             max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0,
             masa_atoms=2)

@@ -25,8 +25,8 @@ from sharedbert.models import bert as bert_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from test_model import make_inputs
 
-VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'masa', 'kv_shared',
-            'single', 'q_identity')
+VARIANTS = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk', 'masa',
+            'kv_shared', 'single', 'q_identity')
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=64,
             max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
 ATOL = 2e-5
@@ -142,6 +142,19 @@ def test_pairwise_is_standard_with_queries_through_its_matrix():
   # The comparison can fail: P transposed gives other outputs.
   with pytest.raises(AssertionError):
     assert_same_outputs(cfg, params, standard_cfg, as_standard(np.swapaxes(p, 1, 2)))
+
+
+def test_shared_with_unit_value_diagonal_is_shared_qk_with_w_v_equal_to_w_s():
+  """shared_qk is shared with V untied: with W_v = W_s, b_v = b_s and d_v = 1 the two
+  compute the same."""
+  shared_cfg, cell_cfg = config('shared'), config('shared_qk')
+  shared = perturb(init(shared_cfg))
+  cell = copy.deepcopy(shared)
+  for a, b in zip(layers(shared, shared_cfg), layers(cell, cell_cfg)):
+    a['diag'][2] = 1.0
+    b['diag'] = a['diag'][:2].copy()
+    b['value'] = copy.deepcopy(a['shared'])
+  assert_same_outputs(shared_cfg, shared, cell_cfg, cell)
 
 
 def test_shared_with_unit_diagonals_is_single():
@@ -266,6 +279,9 @@ def numpy_qkv(name, p, x, cfg, dictionary=None, layer=0):
   if name == 'shared':
     s = project(x, p['shared'])
     return s * p['diag'][0], s * p['diag'][1], s * p['diag'][2]
+  if name == 'shared_qk':
+    s = project(x, p['shared'])
+    return s * p['diag'][0], s * p['diag'][1], project(x, p['value'])
   if name == 'kv_shared':
     kv = project(x, p['key_value'])
     return project(x, p['query']), kv, kv
@@ -297,7 +313,7 @@ def numpy_qkv(name, p, x, cfg, dictionary=None, layer=0):
 
 
 @pytest.mark.parametrize('name', ['symmetric', 'pairwise', 'partial_qk', 'masa', 'kv_shared',
-                                  'single', 'q_identity'])
+                                  'single', 'q_identity', 'shared_qk'])
 def test_attention_layer_against_numpy(name):
   cfg = config(name, qk_shared_fraction=0.25, masa_atoms=2, masa_projections='qkvo')
   rng = np.random.default_rng(0)

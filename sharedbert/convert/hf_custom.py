@@ -37,12 +37,13 @@ AUTO_MAP = {
     'AutoModelForSequenceClassification': 'modeling_sharedbert.SharedBertForSequenceClassification',
 }
 # The variants the modeling file implements (its VARIANTS); a new one must be added there.
-EXPORTABLE = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'kv_shared', 'single',
-              'q_identity', 'masa')
+EXPORTABLE = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk',
+              'kv_shared', 'single', 'q_identity', 'masa')
 # Where each paper's definition is, for the model card.
 SOURCES = {
     'standard': 'BERT (Devlin et al., arXiv 1810.04805)',
     'shared': 'Kowsher et al., arXiv 2412.00359',
+    'shared_qk': 'sharedbert: Kowsher et al.\'s shared Q and K (arXiv 2412.00359), V its own',
     'symmetric': 'Courtois et al., arXiv 2406.06366',
     'pairwise': 'Courtois et al., arXiv 2406.06366',
     'partial_qk': 'Yang et al., ENLSP 2024',

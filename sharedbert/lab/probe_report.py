@@ -350,7 +350,7 @@ _table = reporting.md_table
 
 def _lr_text(config) -> str:
   sweep = config.get('lr_sweep')
-  if sweep is None or not list(sweep.tasks):
+  if sweep is None or not set(sweep.tasks) & set(config.tasks):  # No swept task runs.
     return f'lr {config.optim.lr:g} for every task'
   return (f'lr tuned per variant on {", ".join(f"`{t}`" for t in sweep.tasks)} (seed 0 at '
           f'{", ".join(f"{x:g}" for x in sweep.lrs)}; the other seeds at the best), '

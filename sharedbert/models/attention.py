@@ -451,6 +451,39 @@ class SharedAttention(AttentionBase):
     return s * (diag[0] * diag[1] * scale), s, s, diag[2]
 
 
+@register('shared_qk')
+class SharedQKAttention(AttentionBase):
+  """Q = S diag(d_q), K = S diag(d_k) from one projection S = xW_s + b_s; V its own
+  projection. `shared` with V untied: its scores S diag(d_q*d_k) S^T are symmetric but
+  indefinite, as shared's, so beside `symmetric` (Q K^T = Q Q^T, positive semi-definite) and
+  `shared` it separates score symmetry, self-favouring and tying V (docs/study.md)."""
+  query_scaled = True
+  symmetric_scores = True
+
+  @classmethod
+  def param_formula(cls, config):
+    d, layers = config.hidden_size, config.num_layers
+    return layers * (2 * _dense(config) + 2 * d), layers * _dense(config)
+
+  @classmethod
+  def qkv_flops(cls, config):
+    return [config.hidden_size] * 2, 0
+
+  def qkv(self, x, **kwargs):
+    c = self.config
+    s = self.projection('shared')(x)
+    # d_q, d_k stacked as [2, N, H], drawn as shared's (model.diag_init_scheme).
+    full = diag_initializer(c.diag_init_scheme, c.diag_init)
+    diag = self.param('diag', nn.with_logical_partitioning(
+        lambda key, shape, dtype=jnp.float32: full(key, (3,) + tuple(shape[1:]), dtype)[:2],
+        ('qkv', 'heads', 'kv')), (2, c.num_heads, self.head_dim), c.param_dtype).astype(c.dtype)
+    scale = jnp.asarray(1.0 / math.sqrt(self.head_dim), c.dtype)
+    value = self.projection('value')(x)
+    if self.rotary:  # The rotation sits between the diagonals, as in `shared`.
+      return s * (diag[0] * scale), s * diag[1], value
+    return s * (diag[0] * diag[1] * scale), s, value
+
+
 @register('symmetric')
 class SymmetricAttention(AttentionBase):
   """K = Q: one projection for queries and keys, so every head's score matrix is symmetric."""
@@ -556,57 +589,3 @@ class QueryIdentityAttention(AttentionBase):
     q = x.astype(c.dtype).reshape(*x.shape[:-1], c.num_heads, self.head_dim)
     q = nn.with_logical_constraint(q, ('batch', 'length', 'heads', 'kv'))
     return q, self.projection('key')(x), self.projection('value')(x)
-
-
-def shared_qk_width(config) -> int:
-  """floor(rho * H): the columns of each head that queries and keys share (partial_qk)."""
-  head_dim = config.hidden_size // config.num_heads
-  # The epsilon keeps e.g. 0.29 * 100 = 28.999999999999996 at 29.
-  return int(math.floor(config.qk_shared_fraction * head_dim + 1e-9))
-
-
-@register('partial_qk')
-class PartialQKAttention(AttentionBase):
-  """The first floor(rho*H) columns of each head's Q and K are shared ('query_key')."""
-  config_keys = ('qk_shared_fraction',)
-
-  @classmethod
-  def param_formula(cls, config):
-    d, n, r = config.hidden_size, config.num_heads, shared_qk_width(config)
-    private = d // n - r
-    per_layer = n * r * (d + 1) + 2 * n * private * (d + 1) + _dense(config)
-    return config.num_layers * per_layer, config.num_layers * _dense(config)
-
-  @classmethod
-  def qkv_flops(cls, config):
-    n, shared = config.num_heads, shared_qk_width(config)
-    private = config.hidden_size // n - shared
-    widths = [n * shared] if shared else []
-    widths += [n * private, n * private] if private else []
-    return widths + [config.hidden_size], 0
-
-  @classmethod
-  def settings_text(cls, config):
-    h = config.hidden_size // config.num_heads
-    return f'rho={config.qk_shared_fraction:g} ({shared_qk_width(config)}/{h} shared)'
-
-  @classmethod
-  def check_config(cls, config):
-    if not 0.0 <= config.qk_shared_fraction <= 1.0:
-      raise UserError(f'model.qk_shared_fraction must be in [0, 1], got '
-                      f'{config.qk_shared_fraction}')
-
-  def qkv(self, x, **kwargs):
-    shared = shared_qk_width(self.config)
-    private = self.head_dim - shared
-    q_parts, k_parts = [], []
-    if shared:
-      both = self.projection('query_key', shared)(x)
-      q_parts.append(both)
-      k_parts.append(both)
-    if private:
-      q_parts.append(self.projection('query', private)(x))
-      k_parts.append(self.projection('key', private)(x))
-    q = q_parts[0] if len(q_parts) == 1 else jnp.concatenate(q_parts, axis=-1)
-    k = k_parts[0] if len(k_parts) == 1 else jnp.concatenate(k_parts, axis=-1)
-    return q, k, self.projection('value')(x)

@@ -4,7 +4,7 @@ only."""
 
 from transformers import PretrainedConfig
 
-VARIANTS = ('standard', 'shared', 'symmetric', 'pairwise', 'partial_qk', 'kv_shared', 'single',
+VARIANTS = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk', 'kv_shared', 'single',
             'q_identity', 'masa')
 
 

@@ -8,6 +8,7 @@ einsum sharedbert computes. How each variant makes its queries, keys and values:
   standard    Q = x W_q + b_q, K = x W_k + b_k, V = x W_v + b_v (BERT)
   shared      S = x W_s + b_s; Q = S diag(d_q), K = S diag(d_k), V = S diag(d_v)
               (Kowsher et al., arXiv 2412.00359)
+  shared_qk   S = x W_s + b_s; Q = S diag(d_q), K = S diag(d_k); V = x W_v + b_v
   symmetric   K = Q = x W_q + b_q; V standard (Courtois et al., arXiv 2406.06366)
   pairwise    Q as symmetric; each head's score is Q_h P_h Q_h^T with a full H x H matrix P_h
               (Courtois et al.)
@@ -162,10 +163,13 @@ class Attention(nn.Module):
     v = self.variant
     if v in ('standard', 'masa'):
       self.query, self.key, self.value = proj(t='q'), proj(t='k'), proj(t='v')
-    elif v in ('shared', 'single'):
+    elif v in ('shared', 'single', 'shared_qk'):
       self.shared = proj()
       if v == 'shared':
         self.diag = nn.Parameter(torch.ones(3, n, h))  # d_q, d_k, d_v
+      if v == 'shared_qk':
+        self.diag = nn.Parameter(torch.ones(2, n, h))  # d_q, d_k
+        self.value = proj()
     elif v in ('symmetric', 'pairwise'):
       self.query, self.value = proj(), proj()
       if v == 'pairwise':
@@ -198,6 +202,9 @@ class Attention(nn.Module):
     if v == 'shared':
       s = self.shared(x)
       return s * self.diag[0], s * self.diag[1], s * self.diag[2]
+    if v == 'shared_qk':
+      s = self.shared(x)
+      return s * self.diag[0], s * self.diag[1], self.value(x)
     if v == 'single':
       s = self.shared(x)
       return s, s, s
