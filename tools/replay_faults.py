@@ -1,4 +1,5 @@
-r"""Replays the faults of issue 44 as a user meets them and prints a table of what happened.
+r"""Replays the faults of issues 44 and 56 as a user meets them and prints a table of what
+happened.
 
   python tools/replay_faults.py [--out=faults.md] [--keep=DIR]
 
@@ -50,8 +51,9 @@ class Case:
   command: list[str]
   expect_code: int
   check: Optional[Callable[[Result], bool]] = None  # More than the code and one line.
-  signal_after: Optional[str] = None  # Send SIGINT once this text is on stderr.
+  signal_after: Optional[str] = None  # Send `signum` once this text is on stderr.
   one_line: bool = True
+  signum: int = signal.SIGINT
 
 
 def sharedbert(*args) -> list[str]:
@@ -59,7 +61,8 @@ def sharedbert(*args) -> list[str]:
           'sys.exit(command())', *args]
 
 
-def run(cmd: list[str], cwd, signal_after: Optional[str] = None, timeout=600) -> Result:
+def run(cmd: list[str], cwd, signal_after: Optional[str] = None, timeout=600,
+        signum: int = signal.SIGINT) -> Result:
   with tempfile.TemporaryFile('w+') as err:
     proc = subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=err,
                             text=True)
@@ -68,7 +71,7 @@ def run(cmd: list[str], cwd, signal_after: Optional[str] = None, timeout=600) ->
       while proc.poll() is None and time.time() < deadline:
         err.seek(0)
         if signal_after in err.read():
-          proc.send_signal(signal.SIGINT)
+          proc.send_signal(signum)
           break
         time.sleep(0.05)
     code = proc.wait(timeout=timeout)
@@ -194,7 +197,81 @@ def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
       'convert_hf', 'export', f'--workdir={base}', f'--hf_dir={root}/exports/out'), 0,
       check=lambda r: not (root / 'exports' / '.out.tmp-999999-x').exists(), one_line=False),
       stale)
+  _issue_56(root, base, add, copy)
   return out
+
+
+def _write_sst2(folder: pathlib.Path, train_rows: int = 4000):
+  """A glue_data folder with an SST-2 of short made-up sentences (no data folder needed)."""
+  import random
+  rng = random.Random(0)
+  words = 'the a cat dog sat ran good bad film plot actor long short fine dull bright'.split()
+  task = folder / 'SST-2'
+  task.mkdir(parents=True, exist_ok=True)
+  for name, n in (('train', train_rows), ('dev', 200)):
+    with open(task / f'{name}.tsv', 'w') as f:
+      f.write('sentence\tlabel\n')
+      for i in range(n):
+        f.write(' '.join(rng.choice(words) for _ in range(8)) + f'\t{i % 2}\n')
+
+
+def _issue_56(root: pathlib.Path, base: pathlib.Path, add, copy):
+  """Issue 56's cases: integrity, signals, causal pooling, the round trip, rotary, and a
+  notebook mixing sharedbert and transformers."""
+  # 14. A step count past int32.
+  add(Case('--config.total_steps=3000000000', sharedbert(
+      'run', *TINY, '--config.total_steps=3000000000', f'--workdir={root}/int32'), 2,
+      check=lambda r: not (root / 'int32').exists()))
+  # 15. A finished run rerun with a smaller total_steps writes nothing.
+  noop = {}
+  def noop_setup():
+    dest = copy('noop')
+    noop['before'] = (dest / 'config.json').read_bytes()
+  add(Case('finished run rerun with --config.total_steps=5 (config.json untouched)', sharedbert(
+      'run', *TINY, '--config.total_steps=5', f'--workdir={root}/noop'), 0,
+      check=lambda r: (root / 'noop' / 'config.json').read_bytes() == noop['before'],
+      one_line=False), noop_setup)
+  # 16. The terminal closes during pretraining.
+  add(Case('SIGHUP during pretraining (saves, exit 129, no tmp folder)', sharedbert(
+      'run', *TINY, '--config.total_steps=400', f'--workdir={root}/hup'), 129,
+      signal_after='[train] step 2:', signum=signal.SIGHUP,
+      check=lambda r: not [p for p in (root / 'hup' / 'checkpoints').iterdir()
+                           if 'tmp' in p.name]))
+  # 17. SIGTERM in the middle of a GLUE epoch.
+  glue_cmd = lambda workdir, init, *extra: sharedbert(
+      'run', f'--config={REPO}/configs/glue.py:task=sst2,seeds=1', f'--config.init_from={init}',
+      f'--config.data.glue_dir={root}/glue', f'--workdir={workdir}', *extra)
+  add(Case('SIGTERM during a GLUE fine-tuning epoch', glue_cmd(
+      root / 'ft_term', base, '--config.log_every_steps=5', '--config.num_epochs=3'), 143,
+      signal_after='epoch 1: step 10/', signum=signal.SIGTERM),
+      lambda: _write_sst2(root / 'glue'))
+  # 18. A causal encoder fine-tuned with [CLS] pooling (causal: case 2's run).
+  add(Case('GLUE init_from a causal model with [CLS] pooling', glue_cmd(
+      root / 'ft_causal', root / 'causal'), 2, check=lambda r: not (root / 'ft_causal').exists()))
+  # 19. sharedbert's own built-in export (pre-LN: RobertaPreLayerNorm, vocab.model) imported.
+  add(Case('import of sharedbert\'s own RobertaPreLayerNorm export', sharedbert(
+      'convert_hf', 'import', f'--hf_dir={root}/exports/out', f'--workdir={root}/reimported'),
+      0, check=lambda r: (root / 'reimported' / 'vocab.model').exists(), one_line=False))
+  # 20. A rotary standard model exports as RoFormer.
+  rope = root / 'rope'
+  add(Case('export of a rotary standard model (RoFormerForMaskedLM)', sharedbert(
+      'convert_hf', 'export', f'--workdir={rope}', f'--hf_dir={root}/rope_hf'), 0,
+      check=lambda r: _config(root / 'rope_hf').get('model_type') == 'roformer',
+      one_line=False),
+      lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2',
+                                        '--config.model.position_embeddings=rotary',
+                                        '--config.model.pre_layer_norm=false',
+                                        f'--workdir={rope}'),
+                             cwd=REPO, env=ENV, capture_output=True, check=True))
+  # 21. A notebook: restore, then transformers' fill-mask pipeline, in one process.
+  notebook = (f'import importlib.util, sys\nimport sharedbert\n'
+              f'run = sharedbert.restore({str(base)!r})\nrun.fill_mask("the [MASK] .")\n'
+              f'assert "tensorflow" not in sys.modules\n'
+              f'if importlib.util.find_spec("transformers"):\n'
+              f'  from transformers import pipeline\n'
+              f'  pipeline("fill-mask", model={str(root / "exports" / "out")!r})("the [MASK] .")\n')
+  add(Case('notebook: sharedbert.restore, then a transformers fill-mask pipeline',
+           [sys.executable, '-c', notebook], 0, one_line=False))
 
 
 def main():
@@ -212,7 +289,7 @@ def main():
   for case, setup in cases(root):
     setup()
     t0 = time.time()
-    r = run(case.command, root, case.signal_after)
+    r = run(case.command, root, case.signal_after, signum=case.signum)
     ok = (r.code == case.expect_code and (not case.one_line or len(r.not_logs) == 1)
           and (case.check is None or case.check(r)))
     failures += not ok
