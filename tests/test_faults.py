@@ -137,7 +137,7 @@ def test_export_with_overwrite_replaces_the_folder_whole(imported, tmp_path):
 
 def test_an_unknown_probe_preset_is_one_line(tmp_path):
   one_line(command('probe', '--config=configs/probe.py:nope', f'--workdir={tmp_path}/p'),
-           'sharedbert probe', "unknown probe preset 'nope'; choose cpu, smoke, gpu")
+           'sharedbert probe', "unknown probe preset 'nope'; choose cpu, smoke, mirror, gpu")
 
 
 def test_a_bad_probe_value_is_one_line(tmp_path):

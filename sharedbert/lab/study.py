@@ -109,11 +109,11 @@ def traced_task_run(base_cls):
   class TracedTaskRun(base_cls):
     last_params = None
 
-    def evaluate_dev(self, params):
+    def evaluate_dev(self, params, label=None):
       # Called after every epoch with the current params; the last call's are the final
       # weights (the study reports the last epoch). Nothing donates them after that.
       self.last_params = params
-      return super().evaluate_dev(params)
+      return super().evaluate_dev(params, label)
   return TracedTaskRun
 
 

@@ -365,7 +365,8 @@ def run_benchmarks(*, preset: str, sizes: list[str], variants: list[str], steps:
     timers = []
     for variant in variants:
       for where in positions:  # Side by side: each variant's positions in the same rounds.
-        logging.info('bench: %s, %s (%s positions): compiling', name, variant, where)
+        logging.info('bench: %s, %s: compiling', name,
+                     variant if where == 'learned' else f'{variant}+{where}')
         timers.append(BenchStep(size, variant, batch, positions=where))
     # Rounds: every variant and the peer in turn, `rounds` times over. This machine's speed
     # drifts over tens of seconds; interleaving puts that drift into every configuration
