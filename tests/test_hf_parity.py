@@ -372,3 +372,33 @@ def test_only_what_roformer_computes_exports_as_roformer(change, custom):
   if custom and cfg.attention == 'standard':
     with pytest.raises(UserError, match='export it as custom code'):
       hf_layout.hf_config_from_model(cfg)
+
+
+def test_sharedbert_s_own_pre_ln_export_with_a_sentencepiece_vocabulary_imports_back(tmp_path):
+  """Issue 56: import refused sharedbert's own built-in export of a `standard` pre-LN run
+  (RobertaPreLayerNorm with tokenizer.json and vocab.model: "has no vocab.txt"), though it
+  reads the custom-code exports back. Export -> import -> export now gives the same tensors
+  and the same sentencepiece vocabulary."""
+  from sharedbert import config as sb_config
+  from sharedbert.convert import hf_layout
+  from sharedbert.data import tokenizer as tokenizer_lib
+  config = sb_config.pretrain_config('standard', 'tiny')
+  config.model.update(vocab_size=64, num_layers=1, hidden_size=32, num_heads=2, mlp_dim=48)
+  assert config.model.pre_layer_norm  # The budget recipe's.
+  cfg = ModelConfig.from_config(config.model)
+  words = 'the cat sat on a mat and seven dogs ran past the old red barn'.split()
+  docs = [' '.join(words[i:] + words[:i]) for i in range(len(words))] * 20
+  vocab = tokenizer_lib.train(docs, 40, max_sentences=1000)
+  source = tmp_path / 'source'
+  convert_hf.write_checkpoint(str(source), config, hf_layout.init_params(cfg, 3),
+                              source='test', vocab_size=vocab.vocab_size)
+  tokenizer_lib.save(vocab, str(source / tokenizer_lib.VOCAB_FILE))
+  first, back, second = tmp_path / 'first', tmp_path / 'back', tmp_path / 'second'
+  convert_hf.export_hf(str(source), str(first))
+  assert json.loads((first / 'config.json').read_text())['model_type'] == 'roberta-prelayernorm'
+  assert (first / 'vocab.model').exists() and not (first / 'vocab.txt').exists()
+  convert_hf.import_hf(str(first), str(back))
+  assert (back / 'vocab.model').read_bytes() == (source / 'vocab.model').read_bytes()
+  convert_hf.export_hf(str(back), str(second))
+  a, b = load_file(str(first / 'model.safetensors')), load_file(str(second / 'model.safetensors'))
+  assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
