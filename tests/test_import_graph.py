@@ -271,3 +271,25 @@ def test_the_entry_point_checks_config_values_before_tensorflow_loads():
   done = fresh_python(code)
   assert done.stdout.split() == ['ckpt.max_to_keep', 'False', 'config.init_from', 'False'], (
       done.stdout + done.stderr[-2000:])
+
+
+def test_a_pretraining_command_builds_its_model_config_once(tmp_path):
+  """Issue 55: the entry point's config check and the run's preflight each built (and
+  checked) the ModelConfig. Counted through the real command line, up to the preflight's
+  refusal of a missing corpus (so nothing trains)."""
+  code = ('import atexit, sys\n'
+          'from sharedbert.models import bert\n'
+          'built = []\n'
+          'plain = bert.ModelConfig.from_config.__func__\n'
+          'bert.ModelConfig.from_config = classmethod(\n'
+          '    lambda cls, m: built.append(1) or plain(cls, m))\n'
+          'atexit.register(lambda: print("BUILT", len(built)))\n'
+          'sys.argv = ["sharedbert", "--config=configs/shared_base.py:tiny",\n'
+          f'            "--workdir={tmp_path}/w", "--config.data.corpus={tmp_path}/none.txt"]\n'
+          'from sharedbert import main\n'
+          'main.entry()\n')
+  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert 'does not exist' in done.stderr  # Refused by the preflight, after both checks.
+  assert done.stdout.splitlines()[-1] == 'BUILT 1'

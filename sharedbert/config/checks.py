@@ -8,17 +8,29 @@ here, how the keys fit together.
 
 from __future__ import annotations
 
+import json
+
 from sharedbert.config import validation
 from sharedbert.data import glue as glue_data
 from sharedbert.errors import UserError
 from sharedbert.models.bert import ModelConfig
 
 
+# The model config of each pretraining config checked in this process, by the config's
+# content: the entry point checks before loading the run's modules and the run's preflight
+# checks again; the model is built (and the variant's checks run) once.
+_CHECKED: dict[str, ModelConfig] = {}
+
+
 def pretrain(config) -> ModelConfig:
   """Every value of a pretraining config, and how they must fit together; returns the
-  model's config, built once here (ranges of `model`, then the variant's own checks)."""
+  model's config, built once per config content (ranges of `model`, then the variant's own
+  checks)."""
   validation.check_table(config, validation.PRETRAIN)
-  model_cfg = ModelConfig.from_config(config.model)
+  key = json.dumps(json.loads(config.to_json_best_effort()), sort_keys=True)
+  model_cfg = _CHECKED.get(key)
+  if model_cfg is None:
+    model_cfg = ModelConfig.from_config(config.model)
   d, optim = config.data, config.optim
   if (model_cfg.position_embeddings == 'learned'  # Rotary and none have no table to outrun.
       and d.seq_len > model_cfg.max_position_embeddings):
@@ -38,6 +50,7 @@ def pretrain(config) -> ModelConfig:
                     f'{config.total_steps}; set it to 0 (the schedule ends at total_steps) '
                     'or to at least total_steps')
   _check_axis_rules(config.mesh)
+  _CHECKED[key] = model_cfg
   return model_cfg
 
 
