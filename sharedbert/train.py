@@ -47,14 +47,7 @@ from sharedbert.pretrain_step import (compile_train_step, create_train_state, ji
                                       restore_state, state_shardings)
 from sharedbert.runs import Restored
 
-# The optimizer (sharedbert/optim.py), under the names the callers of this module use.
-NO_DECAY_NAMES = optim_lib.NO_DECAY_NAMES
-learning_rate_schedule = optim_lib.learning_rate_schedule
-decay_mask = optim_lib.decay_mask
-make_optimizer = optim_lib.make_optimizer
-# The workdir's config and the hosts' meeting points (sharedbert/utils/workdir.py).
-write_config = workdir_lib.write_config
-_sync = workdir_lib.sync
+_sync = workdir_lib.sync  # The hosts' meeting points (sharedbert/utils/workdir.py).
 
 PREEMPTED_EXIT_CODE = interrupts.PREEMPTED_EXIT_CODE      # SIGTERM: a scheduler may restart.
 INTERRUPTED_EXIT_CODE = interrupts.INTERRUPTED_EXIT_CODE  # Ctrl-C, saved like a preemption.
@@ -66,7 +59,6 @@ class Preempted(interrupts.Stopped):
   saved; `signum` says which."""
 
 
-Diverged = errors.Diverged  # Defined beside UserError, for the entry point.
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,7 +313,7 @@ def _compile_steps(config, plan: Plan) -> _Steps:
   before anything is written, so that a step that cannot fit is refused first."""
   d = config.data
   model = BertForPretraining(plan.model_cfg)
-  tx, schedule = make_optimizer(config.optim, config.total_steps)
+  tx, schedule = optim_lib.make_optimizer(config.optim, config.total_steps)
   init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
   shardings = state_shardings(model, tx, plan.mesh, plan.axis_rules, d.seq_len,
                               max_predictions(d))
@@ -378,7 +370,7 @@ def _open_data(config, workdir: str, plan: Plan, is_chief: bool) -> PretrainData
       process_count=block_count, is_vocab_writer=is_chief,
       wait_for_vocab=lambda: _sync('vocab'))
   if is_chief:
-    write_config(config, workdir)
+    workdir_lib.write_config(config, workdir)
   return data
 
 
@@ -490,7 +482,7 @@ def _loop(config, plan: Plan, steps: _Steps, start: _Start, data: PretrainData, 
       streak = streak + 1 if float(unread_flag) else 0
       unread_flag = None
       if streak >= config.optim.max_skipped_steps:
-        stop(Diverged(
+        stop(errors.Diverged(
             f'{streak} consecutive steps (up to step {step_done}) had a non-finite loss, '
             f'gradient or update, optim.max_skipped_steps={config.optim.max_skipped_steps}; '
             f'stopped, and {kept()}. Lower optim.lr (or check the data), then run again to '
@@ -506,7 +498,7 @@ def _loop(config, plan: Plan, steps: _Steps, start: _Start, data: PretrainData, 
         return False
       if not bool(jax.device_get(all_finite((state.params, state.opt_state)))):
         # Skipped updates keep the state finite; this guards whatever slips past them.
-        stop(Diverged(f'the parameters or optimizer state at step {done} are not finite: not '
+        stop(errors.Diverged(f'the parameters or optimizer state at step {done} are not finite: not '
                       f'saved, and {kept()}. Lower optim.lr (or check the data), then run '
                       'again to resume'))
       # The metrics since the last log line go along, so that the first log line after a
@@ -557,7 +549,7 @@ def _loop(config, plan: Plan, steps: _Steps, start: _Start, data: PretrainData, 
                        'again to resume from it', sigterm.signum or signal.SIGTERM))
       if final and not saved:
         # The run ends without a good state: that is not success.
-        stop(Diverged(f'the last {streak} step(s) (up to step {done}, the last) had a '
+        stop(errors.Diverged(f'the last {streak} step(s) (up to step {done}, the last) had a '
                       f'non-finite loss, gradient or update: the final state was not saved, '
                       f'and {kept()}. Lower optim.lr (or check the data), then run again to '
                       'resume'))

@@ -23,6 +23,7 @@ from sharedbert import config as sb_config
 from sharedbert.utils import metric_writer
 from sharedbert import pretrain_step
 from sharedbert import train
+from sharedbert import errors
 from sharedbert.utils import workdir_lock
 from sharedbert.data import glue
 from sharedbert.errors import UserError
@@ -372,7 +373,7 @@ def test_nan_learning_rate_is_skipped_from_the_first_step_and_never_saved(
   monkeypatch.setattr(train.config_checks, 'pretrain',
                       lambda config: ModelConfig.from_config(config.model))
   workdir = tmp_path / 'run'
-  with pytest.raises(train.Diverged) as e:
+  with pytest.raises(errors.Diverged) as e:
     train.train_and_evaluate(short_run(corpus, **{'optim.lr': float('nan')}), str(workdir))
   assert str(e.value).startswith('the last 4 step(s) (up to step 4, the last) had a '
                                  'non-finite loss, gradient or update: the final state was not '
@@ -386,7 +387,7 @@ def test_a_run_ending_in_non_finite_steps_keeps_the_last_good_checkpoint(
     tmp_path, corpus, monkeypatch):
   poison_batches_from(monkeypatch, 2)  # Steps 1, 2 good; 3, 4 NaN.
   workdir = tmp_path / 'run'
-  with pytest.raises(train.Diverged) as e:
+  with pytest.raises(errors.Diverged) as e:
     train.train_and_evaluate(short_run(corpus), str(workdir))
   assert str(e.value).startswith(
       'the last 2 step(s) (up to step 4, the last) had a non-finite loss, gradient or update: '
@@ -435,7 +436,7 @@ def test_non_finite_state_is_never_saved(tmp_path, corpus, monkeypatch):
     return Poisoning(), eval_fn
   monkeypatch.setattr(train, 'jit_steps', jit_steps)
   workdir = tmp_path / 'run'
-  with pytest.raises(train.Diverged) as e:
+  with pytest.raises(errors.Diverged) as e:
     train.train_and_evaluate(short_run(corpus), str(workdir))
   assert str(e.value).startswith('the parameters or optimizer state at step 2 are not finite: '
                                  'not saved, and no checkpoint was saved.')

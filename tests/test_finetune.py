@@ -16,6 +16,7 @@ from sharedbert import config as sb_config
 from sharedbert.tasks import finetune
 from sharedbert import sharding
 from sharedbert import train
+from sharedbert.utils import workdir as workdir_lib
 from sharedbert.data import glue
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
@@ -77,7 +78,7 @@ def untrained(tmp_path):
   workdir = tmp_path / 'untrained'
   workdir.mkdir()
   c = tiny_pretrain_config(tmp_path)
-  train.write_config(c, str(workdir))
+  workdir_lib.write_config(c, str(workdir))
   docs = (tmp_path / 'corpus.txt').read_text().split('\n\n')
   tokenizer_lib.save(tokenizer_lib.train(docs, 64, max_sentences=1000),
                      str(workdir / tokenizer_lib.VOCAB_FILE))

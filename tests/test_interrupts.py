@@ -13,6 +13,7 @@ import pytest
 
 from sharedbert import pretrain_step
 from sharedbert import train
+from sharedbert.utils import workdir as workdir_lib
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
 from test_finetune import sst2_dir, tiny_pretrain_config  # noqa: F401 (a fixture)
@@ -31,7 +32,7 @@ def untrained(tmp_path):
   """A pretraining workdir with its config and vocabulary (GLUE from_scratch needs no more)."""
   workdir = tmp_path / 'untrained'
   workdir.mkdir()
-  train.write_config(tiny_pretrain_config(tmp_path), str(workdir))
+  workdir_lib.write_config(tiny_pretrain_config(tmp_path), str(workdir))
   docs = (tmp_path / 'corpus.txt').read_text().split('\n\n')
   tokenizer_lib.save(tokenizer_lib.train(docs, 64, max_sentences=1000),
                      str(workdir / tokenizer_lib.VOCAB_FILE))

@@ -20,6 +20,7 @@ from sharedbert.models import flops
 from sharedbert.models import params as params_lib
 from sharedbert import pretrain_step
 from sharedbert import train
+from sharedbert import optim as optim_lib
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from test_flops import _dot_flops
@@ -127,7 +128,7 @@ def test_trains_and_resumes_under_its_own_config(tied_kv):
   cfg, config = model_config(tied_kv)
   train._check_compatible({'model': cfg.to_dict()}, cfg, 'W')  # Its own checkpoints resume.
   model = BertForPretraining(cfg)
-  tx, schedule = train.make_optimizer(config.optim, 10)
+  tx, schedule = optim_lib.make_optimizer(config.optim, 10)
   params = nn.unbox(pretrain_step.init_params(model, jax.random.key(0)))
   zero = jnp.zeros((), jnp.int32)
   state = pretrain_step.TrainState(step=zero, params=params, opt_state=tx.init(params), skipped=zero,

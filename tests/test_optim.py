@@ -8,7 +8,6 @@ import numpy as np
 
 from sharedbert import optim
 from sharedbert.tasks import squad
-from sharedbert import train
 
 
 def _optim(**kw):
@@ -33,12 +32,6 @@ def test_warmup_fraction_is_that_share_of_the_steps():
   cfg = _optim(warmup_steps=5)
   assert optim.with_warmup_steps(cfg, 100) is cfg
   assert optim.with_warmup_steps(_optim(warmup_fraction=0.25), 10).warmup_steps == 2
-
-
-def test_pretraining_names_are_the_builders():
-  assert train.make_optimizer is optim.make_optimizer
-  assert train.learning_rate_schedule is optim.learning_rate_schedule
-  assert train.NO_DECAY_NAMES == optim.NO_DECAY_NAMES
 
 
 def test_squad_uses_its_configured_optimizer():

@@ -14,7 +14,6 @@ import pytest
 
 from sharedbert import config as sb_config
 from sharedbert import optim as optim_lib
-from sharedbert import train
 from sharedbert.data import pretrain
 from sharedbert.data import sources
 from sharedbert.errors import UserError
@@ -79,7 +78,7 @@ def optim_cfg(**kw):
 
 
 def test_schedule_warms_up_from_the_first_step_and_reaches_zero_at_the_last():
-  schedule = train.learning_rate_schedule(optim_cfg(), 12)
+  schedule = optim_lib.learning_rate_schedule(optim_cfg(), 12)
   lrs = [float(schedule(s)) for s in range(12)]
   np.testing.assert_allclose(lrs[:4], [2.5e-4, 5e-4, 7.5e-4, 1e-3], rtol=1e-6)
   assert lrs[-1] == 0.0 and all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
@@ -89,7 +88,7 @@ def test_schedule_warms_up_from_the_first_step_and_reaches_zero_at_the_last():
 def test_the_logged_rate_is_the_applied_one_also_after_a_skipped_step():
   """Step 1 is non-finite (skipped); step 2's update must use schedule(2), the logged rate."""
   optim = optim_cfg(weight_decay=0.0, grad_clip_norm=1e9)
-  tx, schedule = train.make_optimizer(optim, 10)
+  tx, schedule = optim_lib.make_optimizer(optim, 10)
   params = {'w': jnp.ones(3)}
   opt_state = tx.init(params)
   grads = [{'w': jnp.full(3, 0.5)}, {'w': jnp.full(3, jnp.nan)}, {'w': jnp.full(3, 0.5)}]

@@ -17,7 +17,7 @@ import pytest
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.models import params as params_lib
 from sharedbert import pretrain_step
-from sharedbert import train
+from sharedbert import optim as optim_lib
 from sharedbert.config import DEFAULT_LOGICAL_AXIS_RULES
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
@@ -135,7 +135,7 @@ def run_steps(cfg, state, tx, schedule, n=2):
 
 def test_train_steps_under_scan_equal_the_unrolled_ones():
   unrolled_cfg, scan_cfg = configs('masa')
-  tx, schedule = train.make_optimizer(optim_config(), 10)
+  tx, schedule = optim_lib.make_optimizer(optim_config(), 10)
   params = jax.tree.map(jnp.asarray, init(unrolled_cfg))
   ref, ref_losses = run_steps(unrolled_cfg, state_for(params, tx), tx, schedule)
   # The optimizer state converts with the parameters (Adam's moments hold the same tree).
@@ -156,7 +156,7 @@ def test_train_steps_under_scan_equal_the_unrolled_ones():
 def test_a_checkpoint_resumes_in_the_other_layout(saved_scan, tmp_path):
   unrolled_cfg, scan_cfg = configs('masa')
   saved_cfg, resumed_cfg = (scan_cfg, unrolled_cfg) if saved_scan else (unrolled_cfg, scan_cfg)
-  tx, _ = train.make_optimizer(optim_config(), 10)
+  tx, _ = optim_lib.make_optimizer(optim_config(), 10)
   mesh = jax.make_mesh((1, 1, 1), ('data', 'fsdp', 'tensor'), devices=jax.devices()[:1])
   rules = DEFAULT_LOGICAL_AXIS_RULES
   saved = to_layout(jax.tree.map(jnp.asarray, state_for(init(unrolled_cfg), tx)), saved_scan)

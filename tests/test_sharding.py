@@ -23,7 +23,7 @@ import pytest
 from sharedbert import config as config_lib
 from sharedbert import sharding
 from sharedbert import pretrain_step
-from sharedbert import train
+from sharedbert import optim as optim_lib
 from sharedbert.data.pretrain import mask_rows
 from sharedbert.errors import UserError
 from sharedbert.models.bert import BertForPretraining, ModelConfig
@@ -112,7 +112,7 @@ def synthetic_batches(config, steps=STEPS, seed=0):
 
 def model_and_optimizer(config):
   model = BertForPretraining(ModelConfig.from_config(config.model))
-  tx, schedule = train.make_optimizer(config.optim, config.total_steps)
+  tx, schedule = optim_lib.make_optimizer(config.optim, config.total_steps)
   return model, tx, schedule
 
 

@@ -68,7 +68,8 @@ from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_f
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
 from sharedbert import config as sb_config
 from sharedbert import pretrain_step
-from sharedbert import train
+from sharedbert import optim as optim_lib
+from sharedbert.utils import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
 
@@ -258,7 +259,7 @@ def write_checkpoint(workdir: str, config, params: Params, *, source: str,
     if ckpt.latest_step() is not None:
       raise UserError(f'{workdir} already holds a checkpoint; choose a new --workdir')
     params = jax.tree.map(jnp.asarray, params)
-    tx, _ = train.make_optimizer(config.optim, config.total_steps)
+    tx, _ = optim_lib.make_optimizer(config.optim, config.total_steps)
     zero = jnp.zeros((), jnp.int32)
     state = pretrain_step.TrainState(step=zero, params=params, opt_state=tx.init(params),
                              skipped=zero, skipped_total=zero)
@@ -269,7 +270,7 @@ def write_checkpoint(workdir: str, config, params: Params, *, source: str,
     ckpt.wait()
   finally:
     ckpt.close()
-  train.write_config(config, workdir)
+  workdir_lib.write_config(config, workdir)
 
 
 def _abstract_params(model_cfg: ModelConfig):
