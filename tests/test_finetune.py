@@ -14,6 +14,8 @@ import tensorflow_datasets as tfds
 
 from sharedbert import config as sb_config
 from sharedbert.tasks import finetune
+from sharedbert.tasks import glue_task
+from sharedbert.tasks import pretrained as pretrained_lib
 from sharedbert import sharding
 from sharedbert import train
 from sharedbert.utils import workdir as workdir_lib
@@ -115,11 +117,11 @@ def test_pretrain_then_finetune_learns_writes_reports_and_resumes(pretrained, ss
   # (One test, so that the costly pretraining run is made once, even under pytest -n.)
   # The encoder read back is exactly the checkpoint's `params['bert']`.
   import orbax.checkpoint as ocp
-  run = finetune.open_pretrained(str(pretrained))
+  run = pretrained_lib.open_pretrained(str(pretrained))
   mesh = sharding.make_mesh(glue_config('').mesh)
   rules = sb_config.DEFAULT_LOGICAL_AXIS_RULES
-  params, step = finetune.restore_encoder_params(
-      str(pretrained), finetune.abstract_encoder(run.model_config, mesh, rules))
+  params, step = pretrained_lib.restore_encoder_params(
+      str(pretrained), pretrained_lib.abstract_encoder(run.model_config, mesh, rules))
   assert step == 2
   saved = ocp.PyTreeCheckpointer().restore(str(pretrained / 'checkpoints' / '2' / 'state'))
   assert jax.tree.structure(params) == jax.tree.structure(saved['params']['bert'])
@@ -128,8 +130,8 @@ def test_pretrain_then_finetune_learns_writes_reports_and_resumes(pretrained, ss
   # An encoder of another shape is refused, naming the differences.
   other = dataclasses.replace(run.model_config, hidden_size=16)
   with pytest.raises(UserError, match='does not match'):
-    finetune.restore_encoder_params(str(pretrained),
-                                    finetune.abstract_encoder(other, mesh, rules))
+    pretrained_lib.restore_encoder_params(str(pretrained),
+                                    pretrained_lib.abstract_encoder(other, mesh, rules))
 
   workdir = tmp_path / 'ft'
   c = tiny_finetune_config('task=all,seeds=2', pretrained, glue_dir=str(sst2_dir))
@@ -211,15 +213,15 @@ def test_losses_ignore_padding_rows():
   batch = {'labels': np.array([1.0, 3.0, 9.0], np.float32),
            'weights': np.array([1.0, 1.0, 0.0], np.float32)}
   logits = np.array([[2.0], [2.0], [0.0]], np.float32)
-  assert float(finetune._loss(logits, batch, True)) == pytest.approx(1.0)  # MSE of real rows
+  assert float(glue_task._loss(logits, batch, True)) == pytest.approx(1.0)  # MSE of real rows
   batch = {'labels': np.array([0, 1, 1]), 'weights': np.array([1.0, 1.0, 0.0], np.float32)}
   logits = np.log(np.array([[0.5, 0.5], [0.2, 0.8], [1.0, 1e-9]], np.float32))
-  assert float(finetune._loss(logits, batch, False)) == pytest.approx(
+  assert float(glue_task._loss(logits, batch, False)) == pytest.approx(
       -(np.log(0.5) + np.log(0.8)) / 2, rel=1e-5)
   spec = glue.get_task('stsb')
-  np.testing.assert_array_equal(finetune._predictions(spec, np.array([[1.5], [2.5]])), [1.5, 2.5])
+  np.testing.assert_array_equal(glue_task._predictions(spec, np.array([[1.5], [2.5]])), [1.5, 2.5])
   np.testing.assert_array_equal(
-      finetune._predictions(glue.get_task('mnli'), np.array([[0, 2, 1], [3, 1, 0]])), [1, 0])
+      glue_task._predictions(glue.get_task('mnli'), np.array([[0, 2, 1], [3, 1, 0]])), [1, 0])
 
 
 def test_task_resolution(tmp_path):
@@ -259,11 +261,11 @@ def test_user_errors(untrained, tmp_path):
   with pytest.raises(UserError, match='not a pretraining workdir'):
     finetune.finetune_and_evaluate(c, str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
-  run = finetune.open_pretrained(str(untrained))
+  run = pretrained_lib.open_pretrained(str(untrained))
   mesh = sharding.make_mesh(c.mesh)
-  target = finetune.abstract_encoder(run.model_config, mesh, sb_config.DEFAULT_LOGICAL_AXIS_RULES)
+  target = pretrained_lib.abstract_encoder(run.model_config, mesh, sb_config.DEFAULT_LOGICAL_AXIS_RULES)
   with pytest.raises(UserError, match='no checkpoints'):
-    finetune.restore_encoder_params(str(untrained), target)
+    pretrained_lib.restore_encoder_params(str(untrained), target)
 
 
 def test_input_errors_are_found_before_anything_is_written_or_restored(untrained, tmp_path):
@@ -328,7 +330,7 @@ def test_a_causal_encoder_is_refused_for_cls_pooling_and_allowed_for_mean(untrai
   config_path.write_text(json_lib.dumps(saved))
   c = glue_config('task=sst2')
   c.init_from = str(untrained)
-  run = finetune.open_pretrained(str(untrained))
+  run = pretrained_lib.open_pretrained(str(untrained))
   mesh = sharding.make_mesh(c.mesh)
   with pytest.raises(UserError, match=r'is a causal model .* set --config.pooling=mean'):
     finetune.check_fit(c, run, ['sst2'], mesh)

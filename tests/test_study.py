@@ -338,9 +338,9 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
 
   # What each fine-tuned model starts from: its encoder's weights before the first step.
   import jax
-  from sharedbert.tasks import finetune
+  from sharedbert.tasks import glue_task
   starts = {}
-  run_seed = finetune.TaskRun.run_seed
+  run_seed = glue_task.TaskRun.run_seed
   def spying(self, seed, **kw):
     bert = self.init_state(jax.random.key(seed), self.encoder_params).params['bert']
     starts[(os.path.basename(self.workdir), self.spec.name, seed)] = dict(
@@ -349,7 +349,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
         pretrained_leaves=(None if self.encoder_params is None else
                            [np.asarray(x) for x in jax.tree.leaves(self.encoder_params)]))
     return run_seed(self, seed, **kw)
-  monkeypatch.setattr(finetune.TaskRun, 'run_seed', spying)
+  monkeypatch.setattr(glue_task.TaskRun, 'run_seed', spying)
   finished = sorted(str(p) for p in (tmp_path / 'study' / 'runs').rglob('seed_*.json'))
   # standard on mrpc, 2 seeds, then its none baseline.
   assert len(finished) == 4 and sum('/none/mrpc/' in p for p in finished) == 2

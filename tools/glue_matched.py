@@ -37,6 +37,7 @@ from sharedbert.convert import hf as convert_hf  # noqa: E402
 from sharedbert.data import glue  # noqa: E402
 from sharedbert.models.bert import unstack_layers  # noqa: E402
 from sharedbert.tasks import engine, finetune, glue_task  # noqa: E402
+from sharedbert.tasks import pretrained as pretrained_lib  # noqa: E402
 
 
 def main():
@@ -75,8 +76,8 @@ def main():
   model_cfg = dataclasses.replace(pretrained.model_config, dropout_rate=args.dropout,
                                   attention_dropout_rate=args.dropout)
   pretrained = dataclasses.replace(pretrained, model_config=model_cfg)
-  target = finetune.abstract_encoder(model_cfg, mesh, axis_rules)
-  encoder, _ = finetune.restore_encoder_params(config.init_from, target)
+  target = pretrained_lib.abstract_encoder(model_cfg, mesh, axis_rules)
+  encoder, _ = pretrained_lib.restore_encoder_params(config.init_from, target)
   run = glue_task.TaskRun(config, args.task, pretrained, mesh, axis_rules, encoder, None,
                           args.out)
   spec = run.spec

@@ -78,6 +78,8 @@ from sharedbert.lab import study_report
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.tasks import engine
 from sharedbert.tasks import finetune
+from sharedbert.tasks import glue_task
+from sharedbert.tasks import pretrained as pretrained_lib
 from sharedbert.tasks import squad
 
 FLAGS = flags.FLAGS
@@ -105,7 +107,7 @@ def run_pretraining(config, workdir: str, variants: list[str]) -> dict:
 # Stages 2 and 3: GLUE fine-tuning, robustness and cross-domain per fine-tuned model.
 
 def traced_task_run(base_cls):
-  """A finetune.TaskRun subclass that keeps the params of each seed's last dev evaluation."""
+  """A glue_task.TaskRun subclass that keeps the params of each seed's last dev evaluation."""
   class TracedTaskRun(base_cls):
     last_params = None
 
@@ -144,14 +146,14 @@ def _run_glue_source(config, workdir: str, variant: str, task: str, rows, init_f
   finetune.validate(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
   axis_rules = sharding.rules(cfg)
-  pretrained = finetune.open_pretrained(init_from)
+  pretrained = pretrained_lib.open_pretrained(init_from)
   finetune.check_fit(cfg, pretrained, [task], mesh)  # As the GLUE run's preflight.
-  target = finetune.abstract_encoder(pretrained.model_config, mesh, axis_rules)
-  encoder_params, step = finetune.restore_encoder_params(init_from, target)
+  target = pretrained_lib.abstract_encoder(pretrained.model_config, mesh, axis_rules)
+  encoder_params, step = pretrained_lib.restore_encoder_params(init_from, target)
   t0 = time.time()
   out = variant if pretrain_seed is None else os.path.join(variant,
                                                            f'pretrain_seed_{pretrain_seed}')
-  run = traced_task_run(finetune.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
+  run = traced_task_run(glue_task.TaskRun)(cfg, task, pretrained, mesh, axis_rules,
                                           encoder_params, step, _glue_dir(workdir, out))
   setup_s = time.time() - t0
   evaluators = _evaluators(config, run, task)
@@ -208,7 +210,7 @@ def _evaluators(config, run, task: str) -> dict:
         t, glue_dir=glue_dir, tfds_data_dir=config.crossdomain.tfds_data_dir or tfds_dir,
         max_examples=int(config.crossdomain.max_target_examples))
     # Tokenized as the source task's inputs; the labels are read from the examples.
-    feats = finetune.featurize(examples, run.pretrained.tokenizer, seq_len, spec)
+    feats = glue_task.featurize(examples, run.pretrained.tokenizer, seq_len, spec)
     feats = feats.crop(engine.padded_width(feats.lengths, seq_len))
     labels = np.asarray([ex.label for ex in examples], np.float64)
     out['transfers'].append((t, feats, labels))
@@ -219,7 +221,7 @@ def _evaluators(config, run, task: str) -> dict:
 def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
   """Fine-tunes one seed and scores the final weights: the study's result record."""
   # A missing result file means this seed's weights are gone: fine-tune it again.
-  seed_metrics = os.path.join(run.seed_dir(seed), finetune.SEED_METRICS)
+  seed_metrics = os.path.join(run.seed_dir(seed), glue_task.SEED_METRICS)
   if tf.io.gfile.exists(seed_metrics):
     tf.io.gfile.remove(seed_metrics)
   run.last_params = None
@@ -228,7 +230,7 @@ def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
   finetune_s = time.time() - t_seed
   params, run.last_params = run.last_params, None
   if params is None:
-    raise RuntimeError('finetune.TaskRun.run_seed did not evaluate the dev set')
+    raise RuntimeError('glue_task.TaskRun.run_seed did not evaluate the dev set')
   dev_split = run.spec.dev_splits[0]
   dev = record['dev'][dev_split]
   result = {

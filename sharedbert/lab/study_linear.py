@@ -28,7 +28,8 @@ from sharedbert.lab import study_pretrain
 from sharedbert.lab.study_stats import AVERAGE_EXCLUDES, task_title
 from sharedbert.models import bert as bert_lib
 from sharedbert.tasks import engine
-from sharedbert.tasks import finetune
+from sharedbert.tasks import glue_task
+from sharedbert.tasks import pretrained as pretrained_lib
 
 NONE = 'none'
 
@@ -72,7 +73,7 @@ def run_all(config, workdir: str, variants, glue_tasks) -> None:
   todo = {k: ts for k, ts in todo.items() if ts}
   if not todo:
     return
-  tokenizer = finetune.open_pretrained(study_plan.pretrain_dir(workdir, variants[0])).tokenizer
+  tokenizer = pretrained_lib.open_pretrained(study_plan.pretrain_dir(workdir, variants[0])).tokenizer
   features = {}
   for task in sorted({t for ts in todo.values() for t in ts}):
     spec = glue.get_task(task)
@@ -80,8 +81,8 @@ def run_all(config, workdir: str, variants, glue_tasks) -> None:
                                             tfds_data_dir=g.tfds_data_dir or None)
     train = engine.subset(load('train'), int(lp.max_train_examples))
     dev = load(spec.dev_splits[0])
-    features[task] = (finetune.featurize(train, tokenizer, int(lp.seq_len), spec),
-                      finetune.featurize(dev, tokenizer, int(lp.seq_len), spec))
+    features[task] = (glue_task.featurize(train, tokenizer, int(lp.seq_len), spec),
+                      glue_task.featurize(dev, tokenizer, int(lp.seq_len), spec))
   for (row, seed), tasks_left in sorted(todo.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     folder, run = runs[(row, seed)]
     cfg = study_pretrain.run_config(config, run)
@@ -91,9 +92,9 @@ def run_all(config, workdir: str, variants, glue_tasks) -> None:
       params = nn.unbox(bert_lib.BertEncoder(model_cfg).init(
           jax.random.key(seed), z, z, np.ones_like(z))['params'])
     else:
-      target = finetune.abstract_encoder(model_cfg, sharding.make_mesh(cfg.mesh),
+      target = pretrained_lib.abstract_encoder(model_cfg, sharding.make_mesh(cfg.mesh),
                                          sharding.rules(cfg))
-      params, _ = finetune.restore_encoder_params(folder, target)
+      params, _ = pretrained_lib.restore_encoder_params(folder, target)
     for task in tasks_left:
       spec = glue.get_task(task)
       train, dev = features[task]

@@ -49,15 +49,9 @@ from sharedbert.config import validation
 from sharedbert.utils import workdir as workdir_lib
 from sharedbert.data import glue
 from sharedbert.errors import UserError
-# The names this module has always offered; each lives where its one job is.
-from sharedbert.tasks.classifiers import (  # noqa: F401
-    CLASSIFIER_FILE, classifier_manager, is_classifier_dir, read_classifier)
-from sharedbert.tasks.glue_report import RESULTS_JSON, RESULTS_MD  # noqa: F401
-from sharedbert.tasks.pretrained import (  # noqa: F401
-    PretrainedRun, abstract_encoder, open_pretrained, restore_encoder_params)
-from sharedbert.tasks.glue_task import (  # noqa: F401
-    SEED_METRICS, Features, FinetuneState, TaskRun, _loss, _predictions, featurize,
-    load_seed_result)
+from sharedbert.tasks.glue_task import TaskRun
+from sharedbert.tasks.pretrained import (PretrainedRun, abstract_encoder, open_pretrained,
+                                         restore_encoder_params)
 
 
 def validate(config):
