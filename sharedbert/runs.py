@@ -108,6 +108,9 @@ def restore(workdir: str, step: int | None = None, *,
       the remaining devices). Default: every device on 'data' (parameters replicated).
     devices: the devices of a mesh given by sizes (default: this process's devices), e.g.
       `jax.devices('cpu')[:1]` for one CPU.
+  Returns:
+    A `Restored` (model, params, tokenizer, config, step; `encode`, `fill_mask`), or a
+    `RestoredClassifier` for a fine-tuned seed directory.
   """
   workdir = os.fspath(workdir)
   if classifiers.is_classifier_dir(workdir):
@@ -314,8 +317,13 @@ def restore_classifier(seed_dir: str, step: int | None = None, *,
                        devices: Sequence[jax.Device] | None = None) -> 'RestoredClassifier':
   """A fine-tuned GLUE classifier (WORKDIR/<task>/seed_<s> of a fine-tuning run).
 
-  `step` is the epoch; default: the best kept one if the run selected the best epoch,
-  else the last.
+  Args:
+    seed_dir: the seed's directory.
+    step: the epoch; default: the best kept one if the run selected the best epoch, else
+      the last.
+    mesh, devices: as `restore`.
+  Returns:
+    A `RestoredClassifier` (`logits`, `predict`).
   """
   with paths.gfile().GFile(os.path.join(seed_dir, classifiers.CLASSIFIER_FILE)) as f:
     head = json.load(f)

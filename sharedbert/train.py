@@ -273,6 +273,17 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   Every check that a user's mistake can fail runs first (preflight), so a bad input
   leaves the workdir as it was. Process 0 holds the workdir's lock while the run lives.
+
+  Args:
+    config: a pretraining config (configs/<variant>_base.py's `get_config`).
+    workdir: where config.json, vocab.model, metrics.jsonl, tensorboard/ and checkpoints/
+      go (local or gs://); a run there resumes.
+  Returns:
+    The last logged metrics (loss, accuracy, eval_* at the last evaluation), or
+    {'step': s} when the checkpoint was already at total_steps.
+  Raises:
+    UserError: bad input (before anything is written). errors.Diverged: non-finite steps.
+    interrupts.Stopped: a signal, after the checkpoint at the current step was saved.
   """
   workdir = os.fspath(workdir)
   plan = preflight(config, workdir)  # Only reads, so a refusal leaves no lock file.

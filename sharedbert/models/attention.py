@@ -136,8 +136,16 @@ def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dt
            query_scaled: bool = False):
   """Scaled dot-product attention over [B,T,N,H] inputs; softmax in float32.
 
-  query_scaled: q already carries the 1/sqrt(H) factor (a variant that folds it into a
-  parameter-sized product saves a pass over q).
+  Args:
+    q: queries [B, T, N, H]; k, v: keys and values [B, S, N, H].
+    mask: [B, 1, 1 or T, S], True where a query may see a key.
+    dropout_rate, deterministic, dropout_rng: attention-probability dropout (training).
+    dtype: the output's dtype. impl: 'xla' (einsum softmax), 'fused' or 'cudnn'
+      (jax.nn.dot_product_attention; without dropout only).
+    query_scaled: q already carries the 1/sqrt(H) factor (a variant that folds it into a
+      parameter-sized product saves a pass over q).
+  Returns:
+    The attended values [B, T, N, H].
   """
   head_dim = q.shape[-1]
   scale = 1.0 if query_scaled else 1.0 / math.sqrt(head_dim)

@@ -348,10 +348,18 @@ class BertEncoder(nn.Module):
 
   def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True,
                return_hidden_states: bool = False, embedding_noise=None):
-    """input_mask: [B,T], 1 for real tokens and 0 for padding.
+    """The encoder on a batch.
 
-    embedding_noise: optional [B,T,D] noise in units of each sequence's embedding std
-    (`add_embedding_noise`; sharedbert.evaluators.robustness); None (the default) adds nothing.
+    Args:
+      input_ids, segment_ids: [B, T] int32.
+      input_mask: [B, T], 1 for real tokens and 0 for padding.
+      deterministic: no dropout (evaluation).
+      return_hidden_states: also return every layer's output.
+      embedding_noise: optional [B,T,D] noise in units of each sequence's embedding std
+        (`add_embedding_noise`; sharedbert.evaluators.robustness); None adds nothing.
+    Returns:
+      {'sequence_output': [B, T, D], 'pooled_output': [B, D]} and, when asked,
+      'hidden_states': L + 1 arrays [B, T, D] (the embeddings' output first).
     """
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
     if embedding_noise is not None:

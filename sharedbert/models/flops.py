@@ -46,8 +46,15 @@ def _variant(cfg):
 def forward_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> dict[str, int]:
   """Forward-pass FLOPs by component, for the whole model and batch.
 
-  cfg: a `ModelConfig` (or anything with its fields); mlm_rows: the rows the MLM head runs on
-  (B*P for sharedbert, B*T for a head over every position).
+  Args:
+    cfg: a `ModelConfig` (or anything with its fields).
+    batch, seq_len: the batch's rows and tokens per row.
+    mlm_rows: the rows the MLM head runs on (B*P for sharedbert, B*T for a head over every
+      position).
+  Returns:
+    {component: FLOPs}: qkv_projections, attention_scores, attention_context,
+    output_projection, ffn, the variant's extra terms, mlm_transform, mlm_vocab_projection,
+    and `rotary` under rotary positions.
   """
   d, f, v, layers = cfg.hidden_size, cfg.mlp_dim, cfg.vocab_size, cfg.num_layers
   tokens = batch * seq_len

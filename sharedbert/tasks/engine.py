@@ -193,9 +193,15 @@ def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, bat
   """One epoch: the rows in `epoch_order(n, seed, epoch)`, `batch_size` a step
   (the last step padded with rows of weight 0), `state, loss = step_fn(state, batch)`.
 
-  `on_step(done, losses)` runs after each step (logging, timing the first); a Ctrl-C or
-  SIGTERM stops after the step (interrupts.check). Returns
-  (state, losses as device arrays), so that nothing waits on a step's loss.
+  Args:
+    step_fn: (state, global batch) -> (state, loss), donating the state.
+    state: the task's train state. arrays: the featurized rows, each [n, ...].
+    batch_size: rows per step (global). seed, epoch: fix the row order.
+    mesh: where batches go. process: (this process's block, block count) of each batch.
+    on_step: `on_step(done, losses)` after each step (logging, timing the first).
+  Returns:
+    (state, losses as device arrays), so that nothing waits on a step's loss. A Ctrl-C or
+    SIGTERM stops after the step (interrupts.check), with at most IN_FLIGHT steps queued.
   """
   n = len(next(iter(arrays.values())))
   order = epoch_order(n, seed, epoch)
@@ -218,12 +224,19 @@ def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, bat
 def predict(predict_fn: Callable, params, arrays: Mapping[str, np.ndarray],
             lengths: np.ndarray, *, batch_size: int, mesh, process: tuple[int, int] = (0, 1),
             bucket: bool = True):
-  """predict_fn(params, batch) for every row, in row order: the outputs' tree with
-  numpy leaves [n, ...].
+  """predict_fn(params, batch) for every row, in row order.
 
   Rows go in order of length, each batch cropped to `bucket_width` of its longest row
   (bucket=False: every batch keeps all the columns, for outputs per token); the last
   batch is padded with empty rows, so that one batch size is compiled.
+
+  Args:
+    predict_fn: (params, global batch) -> outputs, replicated.
+    params: the model's parameters. arrays: the featurized rows ([n, T] token arrays).
+    lengths: [n] real tokens per row. batch_size: rows per call (global).
+    mesh, process: as `fit_epoch`. bucket: crop columns to each batch's longest row.
+  Returns:
+    The outputs' tree with numpy leaves [n, ...]. A signal stops between batches.
   """
   inputs = {k: arrays[k] for k in TOKEN_KEYS}
   width = inputs['input_ids'].shape[1]
