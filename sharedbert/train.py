@@ -509,9 +509,10 @@ def _loop(config, plan: Plan, steps: _Steps, start: _Start, data: PretrainData, 
         return False
       if not bool(jax.device_get(all_finite((state.params, state.opt_state)))):
         # Skipped updates keep the state finite; this guards whatever slips past them.
-        stop(errors.Diverged(f'the parameters or optimizer state at step {done} are not finite: not '
-                      f'saved, and {kept()}. Lower optim.lr (or check the data), then run '
-                      'again to resume'))
+        stop(errors.Diverged(
+            f'the parameters or optimizer state at step {done} are not finite: not '
+            f'saved, and {kept()}. Lower optim.lr (or check the data), then run '
+            'again to resume'))
       # The metrics since the last log line go along, so that the first log line after a
       # resume averages the same steps as an uninterrupted run.
       pending = [{k: float(v) for k, v in m.items()} for m in jax.device_get(history)]

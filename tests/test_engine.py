@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import pytest
 
 from sharedbert import sharding
 from sharedbert.tasks import engine
@@ -86,6 +87,39 @@ def test_fit_epoch_visits_every_row_once_in_the_seeded_order():
   assert state == 3 and len(losses) == 3
   labels = np.concatenate([l[w > 0] for l, w in seen])
   np.testing.assert_array_equal(labels, np.random.default_rng([3, 1]).permutation(19))
+
+
+def test_fit_epoch_keeps_at_most_two_steps_queued_and_stops_between_steps(monkeypatch):
+  """Issue 56: the loop queued a whole epoch ahead of the device, so a SIGTERM was seen
+  only when the epoch's losses were read. Before step i is queued, step i - 1 - IN_FLIGHT
+  has finished; and a stop requested during step 2 ends the epoch right after it."""
+  from sharedbert import interrupts
+  mesh = _mesh()
+  arrays = _rows([3] * 96)
+  waited, queued = [], []
+
+  class Loss:
+    def __init__(self, i):
+      self.i = i
+
+    def block_until_ready(self):
+      waited.append(self.i)
+      return self
+
+  def step_fn(state, batch):
+    assert all(j in waited for j in range(state - engine.IN_FLIGHT)), (state, waited)
+    queued.append(state)
+    if state == 2 and not queued[:-1].count(2):  # The first epoch only.
+      interrupts._received.append(interrupts.signal.SIGTERM)
+    return state + 1, Loss(state)
+
+  monkeypatch.setattr(interrupts, '_received', [])
+  with pytest.raises(interrupts.Stopped):
+    engine.fit_epoch(step_fn, 0, arrays, batch_size=8, seed=0, epoch=1, mesh=mesh)
+  assert queued == [0, 1, 2] and waited == [0]
+  interrupts._received.clear()
+  engine.fit_epoch(step_fn, 0, arrays, batch_size=8, seed=0, epoch=1, mesh=mesh)
+  assert queued[3:] == list(range(12)) and waited[1:] == list(range(12 - engine.IN_FLIGHT))
 
 
 def test_compile_steps_starts_from_the_given_encoder():

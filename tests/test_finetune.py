@@ -94,17 +94,25 @@ def _sentence(rng, positive):
   return ' '.join(words)
 
 
-@pytest.fixture
-def sst2_dir(tmp_path):
-  """A glue_data folder with an SST-2 whose label is 'contains the cue word'."""
-  rng = random.Random(1)
-  task = tmp_path / 'glue' / 'SST-2'
+def write_sst2(glue_dir, rows: dict[str, int], seed: int):
+  """glue_dir/SST-2/<split>.tsv with `rows[split]` labelled sentences each, the label being
+  'contains the cue word'; returns the random source, to write more from."""
+  rng = random.Random(seed)
+  task = glue_dir / 'SST-2'
   task.mkdir(parents=True)
-  for name, n in (('train', 320), ('dev', 80)):
+  for name, n in rows.items():
     with open(task / f'{name}.tsv', 'w') as f:
       f.write('sentence\tlabel\n')
       for i in range(n):
         f.write(f'{_sentence(rng, i % 2)}\t{i % 2}\n')
+  return rng
+
+
+@pytest.fixture
+def sst2_dir(tmp_path):
+  """A glue_data folder with an SST-2 whose label is 'contains the cue word'."""
+  rng = write_sst2(tmp_path / 'glue', {'train': 320, 'dev': 80}, seed=1)
+  task = tmp_path / 'glue' / 'SST-2'
   with open(task / 'test.tsv', 'w') as f:
     f.write('index\tsentence\n')
     for i in range(30):

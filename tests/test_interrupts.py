@@ -93,15 +93,8 @@ def test_ctrl_c_while_fine_tuning_stops_at_a_step_and_the_rerun_finishes(
 def big_dev_dir(tmp_path):
   """SST-2 whose dev set takes seconds to score (20,000 rows), so that a signal can land
   in the middle of an evaluation."""
-  import random
-  from test_finetune import _sentence
-  rng = random.Random(2)
-  task = tmp_path / 'glue_big' / 'SST-2'
-  task.mkdir(parents=True)
-  for name, n in (('train', 64), ('dev', 20000)):
-    with open(task / f'{name}.tsv', 'w') as f:
-      f.write('sentence\tlabel\n')
-      f.writelines(f'{_sentence(rng, i % 2)}\t{i % 2}\n' for i in range(n))
+  from test_finetune import write_sst2
+  write_sst2(tmp_path / 'glue_big', {'train': 64, 'dev': 20000}, seed=2)
   return tmp_path / 'glue_big'
 
 

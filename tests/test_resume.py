@@ -305,40 +305,26 @@ def _traceback_free(stderr: str) -> bool:
   return 'Traceback' not in stderr and 'Segmentation fault' not in stderr
 
 
-def test_ctrl_c_during_training_saves_at_its_step_and_exits_130(setup, tmp_path):
-  """Issue 44, item 2: a real SIGINT to a real run mid-training saves like SIGTERM (it
-  printed a 52-line traceback and saved nothing) and exits 130 with one line."""
+@pytest.mark.parametrize('signum,code,said', [
+    (signal.SIGINT, 130, 'interrupted'), (signal.SIGHUP, 129, 'stopped by SIGHUP')])
+def test_a_signal_during_training_saves_at_its_step(setup, tmp_path, signum, code, said):
+  """A real signal to a real run mid-training saves like SIGTERM and exits 128 + signal with
+  one line, leaving no temporary checkpoint folder. Ctrl-C (issue 44, item 2) printed a
+  52-line traceback and saved nothing; SIGHUP, the terminal closing (issue 56, item 6),
+  exited 129 with no message, no checkpoint and a *.orbax-checkpoint-tmp folder."""
   root, corpus, env = setup
   run_dir, log = tmp_path / 'run', tmp_path / 'run.log'
   proc = start(command(corpus, run_dir, *CHAIN), env, log)
   wait_until(lambda: records(run_dir), proc, log, 'the first log line')
-  proc.send_signal(signal.SIGINT)
-  assert proc.wait(timeout=TIMEOUT) == 130, log.read_text()[-3000:]
+  proc.send_signal(signum)
+  assert proc.wait(timeout=TIMEOUT) == code, log.read_text()[-3000:]
   text = log.read_text()
   assert _traceback_free(text), text[-3000:]
-  line = [l for l in text.splitlines() if l.startswith('sharedbert: interrupted at step ')]
-  assert len(line) == 1, text[-3000:]
-  at = int(line[0].split('interrupted at step ')[1].split(';')[0])
-  assert steps(run_dir)[-1] == at  # Saved at the step it stopped: a rerun resumes there
-  # (resumes are exact: test_preempt_kill_damage_resume_equals_uninterrupted_run).
-
-
-def test_sighup_saves_like_sigterm_exits_129_and_leaves_no_temporary_folder(setup, tmp_path):
-  """Issue 56, item 6: the terminal closing (SIGHUP) killed the run with exit 129, no
-  message, no checkpoint and a *.orbax-checkpoint-tmp folder left behind. Now it saves at
-  its step, says so in one line and exits 129."""
-  root, corpus, env = setup
-  run_dir, log = tmp_path / 'run', tmp_path / 'run.log'
-  proc = start(command(corpus, run_dir, *CHAIN), env, log)
-  wait_until(lambda: records(run_dir), proc, log, 'the first log line')
-  proc.send_signal(signal.SIGHUP)
-  assert proc.wait(timeout=TIMEOUT) == 129, log.read_text()[-3000:]
-  text = log.read_text()
-  assert _traceback_free(text), text[-3000:]
-  line = [l for l in text.splitlines() if l.startswith('sharedbert: stopped by SIGHUP at step ')]
+  line = [l for l in text.splitlines() if l.startswith(f'sharedbert: {said} at step ')]
   assert len(line) == 1, text[-3000:]
   at = int(line[0].split(' at step ')[1].split(';')[0])
-  assert steps(run_dir)[-1] == at
+  assert steps(run_dir)[-1] == at  # Saved at the step it stopped: a rerun resumes there
+  # (resumes are exact: test_preempt_kill_damage_resume_equals_uninterrupted_run).
   assert not [p for p in (run_dir / 'checkpoints').iterdir() if 'tmp' in p.name]
 
 

@@ -300,3 +300,17 @@ def test_flops_count_the_rotation_and_parameters_do_not_change():
   a, b = count(learned), count(turned)
   assert a['layer_0'] == b['layer_0']                    # Attention: no parameters added.
   assert a['embeddings'] - b['embeddings'] == 16 * 32    # The table is gone.
+
+
+def test_a_checkpoint_resumes_only_under_the_same_positions():
+  """A resume must match the positions: a learned-table checkpoint refuses a rotary config
+  (and another theta or phase), and a workdir from before rotary (its boolean True) is the
+  learned table."""
+  from sharedbert import train
+  learned, turned = config('shared', position_embeddings='learned'), config('shared')
+  old = dict(learned.to_dict(), position_embeddings=True)
+  train._check_compatible({'model': old}, learned, 'W')
+  for saved, current in ((learned, turned), (turned, config('shared', rope_theta=500.0)),
+                         (turned, config('shared', rope_query_phase=1.0))):
+    with pytest.raises(UserError, match='is of another model'):
+      train._check_compatible({'model': saved.to_dict()}, current, 'W')

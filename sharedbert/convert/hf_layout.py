@@ -84,8 +84,8 @@ def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
   if kind not in PREFIX:
     raise UserError(f'{where}: model_type is {kind!r}, not "bert" (post-LN), '
                     '"roberta-prelayernorm" (pre-LN) or "roformer" (rotary)')
-  if kind == ROFORMER and (hf.get('rotary_value') or
-                           hf.get('embedding_size', hf.get('hidden_size')) != hf.get('hidden_size')):
+  width = hf.get('hidden_size')
+  if kind == ROFORMER and (hf.get('rotary_value') or hf.get('embedding_size', width) != width):
     raise UserError(f'{where}: a RoFormer with rotary_value=true or an embedding_size other '
                     'than hidden_size is not supported (sharedbert rotates queries and keys '
                     'only, and embeds at the model width)')

@@ -73,7 +73,8 @@ def run_all(config, workdir: str, variants, glue_tasks) -> None:
   todo = {k: ts for k, ts in todo.items() if ts}
   if not todo:
     return
-  tokenizer = pretrained_lib.open_pretrained(study_plan.pretrain_dir(workdir, variants[0])).tokenizer
+  first = study_plan.pretrain_dir(workdir, variants[0])
+  tokenizer = pretrained_lib.open_pretrained(first).tokenizer
   features = {}
   for task in sorted({t for ts in todo.values() for t in ts}):
     spec = glue.get_task(task)

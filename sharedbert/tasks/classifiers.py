@@ -1,6 +1,7 @@
 """Fine-tuned GLUE classifiers on disk: WORKDIR/<task>/seed_<s>/model.json (what the
 classifier is) and its orbax checkpoints, one per kept epoch. Written by the GLUE run
-(sharedbert/tasks/glue_task.py), read by sharedbert.restore (sharedbert/runs.py) and sharedbert.convert.hf."""
+(sharedbert/tasks/glue_task.py), read by sharedbert.restore (sharedbert/runs.py) and
+sharedbert.convert.hf."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-from sharedbert.utils import paths
 
 from sharedbert import checkpoint as checkpoint_lib
+from sharedbert.utils import paths
 from sharedbert.errors import UserError
 from sharedbert.models.bert import BertForSequenceClassification, ModelConfig
 from sharedbert.tasks.pretrained import shapes

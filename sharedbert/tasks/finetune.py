@@ -17,8 +17,8 @@ WORKDIR layout:
   <task>/seed_<s>/checkpoints/<epoch>/ the fine-tuned classifier (orbax: `params`, and `meta`
                                        with the task, labels, model and dev score), the last
                                        ckpt.max_to_keep epochs (select_best_epoch: the best)
-  <task>/seed_<s>/model.json           what the classifier is (read by sharedbert.restore (sharedbert/runs.py) and
-                                       sharedbert.convert.hf export)
+  <task>/seed_<s>/model.json           what the classifier is (read by sharedbert.restore,
+                                       sharedbert/runs.py, and sharedbert.convert.hf export)
   <task>/seed_<s>/vocab.model          the vocabulary (or vocab.txt + tokenizer_config.json)
 
 A seed whose metrics.json exists and was made with the same settings is not run again,

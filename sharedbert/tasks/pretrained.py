@@ -13,9 +13,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
-from sharedbert.utils import paths
 
 from sharedbert import checkpoint as checkpoint_lib
+from sharedbert.utils import paths
 from sharedbert import sharding
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError

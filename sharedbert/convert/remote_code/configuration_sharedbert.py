@@ -4,8 +4,8 @@ only."""
 
 from transformers import PretrainedConfig
 
-VARIANTS = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk', 'kv_shared', 'single',
-            'q_identity', 'masa')
+VARIANTS = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk',
+            'kv_shared', 'single', 'q_identity', 'masa')
 
 
 class SharedBertConfig(PretrainedConfig):
