@@ -56,17 +56,20 @@ CROSSDOMAIN_ALL = ('sst2->imdb', 'mrpc->qqp', 'qqp->mrpc', 'mnli->rte', 'mrpc->s
 
 
 LONG_PRESETS = ('cpu_long', 'gpu_long')
+ROTARY_PRESETS = ('cpu_rotary',)
 
 
 def get_config(arg=None):
   # data=DIR: the folder with corpus/ and glue/ (no default: the study says what is missing).
   args = sb_config.parse_arg(arg, {'preset': 'cpu', 'data': '', 'corpus': ''})
   preset = args['preset']
-  if preset not in ('cpu', 'gpu', 'pod') + LONG_PRESETS:
+  if preset not in ('cpu', 'gpu', 'pod') + LONG_PRESETS + ROTARY_PRESETS:
     raise UserError(f'unknown study preset {preset!r}; choose cpu, gpu, pod, '
-                    f'{", ".join(LONG_PRESETS)}')
+                    f'{", ".join(LONG_PRESETS + ROTARY_PRESETS)}')
   if preset in LONG_PRESETS:
     return long_config(preset, args)
+  if preset in ROTARY_PRESETS:
+    return rotary_config(preset, args)
 
   config = ml_collections.ConfigDict()
   config.mode = 'study'
@@ -338,4 +341,51 @@ def long_config(preset: str, args: dict) -> ml_collections.ConfigDict:
     p.log_every_steps = 200
     p.model = ml_collections.ConfigDict()
     p.model.dtype = 'bfloat16'
+  return config
+
+
+def rotary_config(preset: str, args: dict) -> ml_collections.ConfigDict:
+  """The rotary study (sharedbert/lab/study_rotary.py, issue 54): does rotary close
+  shared's gap? cpu_long's recipe, model and run machinery (config.long supplies the runs'
+  evaluations and checkpoints), one horizon, twelve arms. Its design and hypotheses were
+  fixed before any run in docs/study_cpu_rotary/PREREGISTERED.md."""
+  config = long_config('cpu_long', args)
+  config.design = 'rotary'
+  config.preset = preset
+  # One init for every run with diagonals (shared, shared_qk): the code default, not swept.
+  config.pretrain.override.model = ml_collections.ConfigDict()
+  config.pretrain.override.model.diag_init_scheme = 'signs'
+  R = config.rotary = ml_collections.ConfigDict()
+  # An arm is variant[+rotary[+phi<phase>]] (study_rotary.parse_arm).
+  R.arms = ('standard', 'shared', 'symmetric', 'kv_shared', 'shared_qk',
+            'standard+rotary', 'shared+rotary', 'symmetric+rotary', 'kv_shared+rotary',
+            'shared_qk+rotary', 'shared+rotary+phi1', 'symmetric+rotary+phi1')
+  R.headline_arms = ('standard', 'shared', 'standard+rotary', 'shared+rotary')
+  # ---- Sizing: every key that sets what the cpu_rotary study costs, in this one block. ----
+  # 2,000 steps of 2,048 tokens (4.1M), where the long study's gap is open. Measured
+  # 2026-12-07 on this kind of machine: 0.165-0.176 s a step on one core, 5 s for a
+  # held-out evaluation, so about 6.5 minutes a run and about 3.5 a run with two at a time.
+  # Selection: 3 rates (4x) on 2 seeds for 12 arms (72 runs, less the long study's 9
+  # identical ones), one widening step; verdict: 8 seeds for the headline's 4 arms, 4 for
+  # the other 8 (64 runs, less up to 9 identical ones). About 125 runs: under 8 hours.
+  # The rates: at 2,000 steps the long study's sweeps chose 4e-3 for four of six variants
+  # and 1e-3 was the worst for all six, so the grid centres on 4e-3.
+  R.steps = 2000
+  R.lrs = (2e-3, 4e-3, 8e-3)
+  R.max_widen = 1                     # Rates added past an edge (x2 or /2), on every seed.
+  R.selection_seeds = (100, 101)      # Choose the rates (their mean); never verdict seeds.
+  R.seeds = 4                         # Verdict seeds 0..3 per arm,
+  R.headline_seeds = 8                # and 0..7 for the headline's arms (power 0.88 at 0.2).
+  # ---- End of sizing. ----
+  # A selection run at a neighbour of the chosen rate "left the plateau" when its mean final
+  # loss is below this: the long study's runs that stayed on it ended at 5.1-6.0 nats.
+  R.plateau_nats = 5.0
+  # The long study's identical runs (learned positions, the same recipe, vocabulary and
+  # seeds), used once the check run trained here matches its recorded loss.
+  R.reuse_summary = 'docs/study_cpu_long/summary.json'
+  R.reuse_arms = ('standard', 'symmetric', 'kv_shared')
+  R.reuse_check = ('standard', 4e-3, 100)
+  R.reuse_tolerance = 1e-6
+  R.preregistered_file = 'docs/study_cpu_rotary/PREREGISTERED.md'
+  R.preregistered_commit = '9ff81fb01f57e1e0fb19f931107244529a40a32c'
   return config

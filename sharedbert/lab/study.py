@@ -72,6 +72,8 @@ from sharedbert.evaluators import robustness
 from sharedbert.lab import study_linear
 from sharedbert.lab import study_long
 from sharedbert.lab import study_long_report
+from sharedbert.lab import study_rotary
+from sharedbert.lab import study_rotary_report
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert.lab import study_report
@@ -350,6 +352,8 @@ def run_study(config, workdir: str, *, report_only: bool = False) -> str:
     workdir = os.path.abspath(workdir)
   if config.get('design') == 'long':
     return run_long_study(config, workdir, report_only=report_only)
+  if config.get('design') == 'rotary':
+    return run_rotary_study(config, workdir, report_only=report_only)
   variants = variants_of(config)
   if not report_only:
     preflight(config, workdir, variants)
@@ -417,6 +421,37 @@ def run_long_study(config, workdir: str, *, report_only: bool = False) -> str:
     logging.info('study: pretraining done (%.0fs)', time.time() - t0)
   study_long.attention_statistics_of_runs(config, workdir)
   path = study_long_report.write_report(config, workdir)
+  logging.info('study: wrote %s', path)
+  return path
+
+
+def rotary_preflight(config, workdir: str) -> None:
+  """The rotary study's checks before it writes anything."""
+  if not pretrain_config(config, study_long.BASE).data.corpus:
+    raise UserError(f'the {config.preset} study has no data: give it the folder holding '
+                    f'corpus/, --config=configs/study.py:{config.preset},data=DIR')
+  study_rotary.check_design(config)
+  study_rotary.reusable(config)  # A named summary that is missing or unreadable stops here.
+  for run in study_rotary.every_run(config):
+    config_checks.pretrain(study_rotary.run_config(config, run))
+  validation.workdir(workdir)
+  try:
+    train_lib.preflight(pretrain_config(config, study_long.BASE))
+  except sources.CorpusError as e:
+    raise UserError(str(e).replace(sources.CORPUS_KEY, STUDY_CORPUS_KEY)) from e
+
+
+def run_rotary_study(config, workdir: str, *, report_only: bool = False) -> str:
+  """The rotary study (configs/study.py:cpu_rotary): runs or resumes its plan, then writes
+  W/report.md and W/summary.json; returns the report's path."""
+  if not report_only:
+    rotary_preflight(config, workdir)
+    write_study_config(config, workdir)
+    t0 = time.time()
+    study_long.run_all(config, workdir, plan_fn=study_rotary.plan,
+                       config_fn=study_rotary.run_config)
+    logging.info('study: pretraining done (%.0fs)', time.time() - t0)
+  path = study_rotary_report.write_report(config, workdir)
   logging.info('study: wrote %s', path)
   return path
 

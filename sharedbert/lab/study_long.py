@@ -371,17 +371,21 @@ def eta_minutes(rates: list[float], steps_left: int, workers: int) -> float:
   return float(np.median(rates)) * steps_left / max(1, workers) / 60
 
 
-def run_all(config, workdir: str) -> dict:
-  """Runs (or resumes) the whole plan; returns {run: summary}."""
+def run_all(config, workdir: str, *, plan_fn=None, config_fn=None) -> dict:
+  """Runs (or resumes) the whole plan; returns {run: summary}. `plan_fn(config, results)`
+  and `config_fn(config, run)` default to this study's `plan` and `run_config`; another
+  design over LongRuns (study_rotary.py) passes its own."""
+  plan_fn = plan_fn or plan
+  config_fn = config_fn or run_config
   results = load_results(workdir)
   rates = []  # Seconds a step of each run trained from scratch here.
   workers = max(1, int(config.pretrain.workers))
-  _, _, left = plan(config, results)
+  _, _, left = plan_fn(config, results)
   logging.info('study: %d runs finished, about %d to do (the plan grows with the sweeps), '
                '%d at a time', len(results), left, workers)
 
   def next_jobs():
-    return plan(config, results)[0]
+    return plan_fn(config, results)[0]
 
   resumed = set()  # Runs that started from a checkpoint: left out of the ETA's rate.
 
@@ -390,13 +394,13 @@ def run_all(config, workdir: str) -> dict:
       resumed.add(run)
     _prepare_vocab(config, workdir, run)
     logging.info('study: pretraining %s in %s', run.describe(), run_dir(workdir, run))
-    return run_config(config, run), run_dir(workdir, run)
+    return config_fn(config, run), run_dir(workdir, run)
 
   def finished(run, summary):
     results[run] = summary
     if run not in resumed:
       rates.append(summary['wall_s'] / run.steps)
-    todo, _, count = plan(config, results)
+    todo, _, count = plan_fn(config, results)
     # Runs waiting on a sweep are counted at this run's length.
     steps_left = sum(r.steps for r in todo) + max(0, count - len(todo)) * run.steps
     eta = (f'ETA about {eta_minutes(rates, steps_left, workers):.0f} min' if rates
