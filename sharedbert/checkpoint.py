@@ -1,4 +1,4 @@
-"""Orbax checkpoints under WORKDIR/checkpoints, and restore for notebooks.
+"""Orbax checkpoints under WORKDIR/checkpoints: the package's one module that calls orbax.
 
 Each checkpoint holds two items: `state` (step, parameters, optimizer state, counters),
 saved asynchronously, and `meta` (JSON: the model config, the input pipeline's position,
@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from absl import logging
+from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -350,3 +351,98 @@ def _first_line(e: BaseException) -> str:
   line = text.splitlines()[0] if text else ''
   line = line.split(' See full TensorStore details')[0]  # The rest is a repr, not details.
   return f'{type(e).__name__}: {line[:200]}'
+
+
+# ---------------------------------------------------------------------------------------
+# Reading parts of a checkpoint: the package's one place that restores with orbax outside
+# the Checkpointer (sharedbert.runs.open_run and the fine-tuned classifiers use these).
+
+def _state_path(workdir: str, step: int):
+  return epath.Path(f'{checkpoint_dir(workdir)}/{step}/state')
+
+
+def _walk(tree, part: tuple[str, ...]):
+  for key in part:
+    tree = tree.get(key) if isinstance(tree, dict) else None
+    if tree is None:
+      return None
+  return tree
+
+
+def tree_shapes(tree) -> dict[str, tuple]:
+  """{'a/b/c': shape} of every leaf of `tree` (arrays, ShapeDtypeStructs or orbax
+  metadata)."""
+  return {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(leaf.shape)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def saved_part(workdir: str, step: int, part: tuple[str, ...] = ('params',)):
+  """The metadata tree (leaves with .shape and .dtype) of `part` of checkpoint `step`'s
+  train state, without reading an array; None if the checkpoint has no such part."""
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    meta = handler.metadata(_state_path(workdir, step))
+  finally:
+    handler.close()
+  return _walk(dict(getattr(meta, 'tree', meta)), part)
+
+
+def read_part(workdir: str, step: int, target, part: tuple[str, ...] = ('params',)):
+  """Reads only `part` of checkpoint `step`'s train state (orbax partial restore: the rest,
+  the optimizer state say, is not read), placed as `target`'s ShapeDtypeStructs say.
+
+  Args:
+    workdir: the run's --workdir.
+    step: a completed checkpoint step.
+    target: the part's abstract tree (jax.ShapeDtypeStruct leaves with shardings).
+    part: the keys from the state's root to the part ('params', 'bert' for the encoder).
+  Returns:
+    The part as jax arrays on target's shardings.
+  """
+  item = target
+  for key in reversed(part):
+    item = {key: item}
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    restored = handler.restore(_state_path(workdir, step), args=ocp.args.PyTreeRestore(
+        item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+        partial_restore=True))
+  finally:
+    handler.close()
+  return _walk(restored, part)
+
+
+def epoch_manager(seed_dir: str, *, max_to_keep: int | None = None, best_fn=None,
+                  read_only: bool = False) -> ocp.CheckpointManager:
+  """The orbax manager of a fine-tuned seed's models (SEED_DIR/checkpoints, one step per
+  kept epoch; items `params` and JSON `meta`), synchronous: an epoch's save is small."""
+  kw = {} if max_to_keep is None else {'max_to_keep': int(max_to_keep)}
+  if best_fn is not None:
+    kw.update(best_fn=best_fn, best_mode='max')
+  return ocp.CheckpointManager(
+      os.path.join(seed_dir, CHECKPOINT_DIR),
+      options=ocp.CheckpointManagerOptions(create=not read_only, read_only=read_only,
+                                           enable_async_checkpointing=False, **kw),
+      item_handlers={'params': ocp.PyTreeCheckpointHandler(),
+                     'meta': ocp.JsonCheckpointHandler()})
+
+
+def save_epoch(manager: ocp.CheckpointManager, epoch: int, params, meta: dict) -> None:
+  """Saves a fine-tuned epoch (params, and meta with its dev `score`, which the manager
+  ranks by) and waits: the next training step donates (frees) these params."""
+  manager.save(epoch, args=ocp.args.Composite(params=ocp.args.PyTreeSave(params),
+                                              meta=ocp.args.JsonSave(meta)),
+               metrics={'score': meta['score']})
+  manager.wait_until_finished()
+
+
+def read_epoch_meta(manager: ocp.CheckpointManager, step: int) -> dict:
+  """A kept epoch's JSON meta (its epoch, dev `score` and dev metrics)."""
+  return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
+
+
+def read_epoch_params(manager: ocp.CheckpointManager, step: int, target):
+  """A kept epoch's parameters, placed as `target`'s ShapeDtypeStructs say."""
+  return manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
+      item=target, restore_args=jax.tree.map(
+          lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target))))['params']

@@ -32,8 +32,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from etils import epath
-import orbax.checkpoint as ocp
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.utils import paths
@@ -95,6 +93,90 @@ def _target_mesh(mesh, devices) -> jax.sharding.Mesh:
   return sharding.make_mesh({a: sizes.get(a, 1) for a in sharding.MESH_AXES}, devices)
 
 
+@dataclasses.dataclass(frozen=True)
+class OpenRun:
+  """A pretraining workdir, opened: what every reader of a run needs (restore, fine-tuning's
+  init_from, the exporter, the studies). Arrays are read on demand (`read`), so opening is
+  cheap and reads no checkpoint.
+
+  Attributes:
+    workdir: the run's --workdir.
+    config: its config.json.
+    model_config: the model of config.json.
+    tokenizer: its vocabulary (vocab.model, or an import's vocab.txt); None if it has none
+      or open_run was asked not to read it.
+    steps: its completed checkpoint steps, oldest first.
+    step: the step `read` reads: the one asked for, else the latest; None with no checkpoint.
+  """
+  workdir: str
+  config: ml_collections.ConfigDict
+  model_config: ModelConfig
+  tokenizer: tokenizer_lib.Tokenizer | None
+  steps: tuple[int, ...]
+  step: int | None
+
+  def checkpoint_meta(self) -> dict:
+    """The JSON meta saved with `step` (the model it was saved with, the data position)."""
+    ckpt = checkpoint_lib.Checkpointer(self.workdir, None, read_only=True)
+    try:
+      return ckpt.restore_meta(self._step())
+    finally:
+      ckpt.close()
+
+  def saved_shapes(self, part: tuple[str, ...] = ('params',)) -> dict[str, tuple] | None:
+    """{'a/b/c': shape} of `part` of the checkpoint at `step`, reading no array; None if
+    the checkpoint has no such part."""
+    saved = checkpoint_lib.saved_part(self.workdir, self._step(), part)
+    return None if saved is None else checkpoint_lib.tree_shapes(saved)
+
+  def read(self, target, part: tuple[str, ...] = ('params',)):
+    """Reads `part` of the checkpoint at `step` (only it) onto target's shardings.
+
+    Args:
+      target: the part's abstract tree (jax.ShapeDtypeStruct leaves with shardings).
+      part: keys from the train state's root: ('params',) for the whole model,
+        ('params', 'bert') for the encoder alone.
+    Returns:
+      The part as jax arrays placed as `target` says.
+    """
+    return checkpoint_lib.read_part(self.workdir, self._step(), target, part)
+
+  def _step(self) -> int:
+    if self.step is None:
+      raise UserError(f'no checkpoint in {checkpoint_lib.checkpoint_dir(self.workdir)}; a run '
+                      'saves one every ckpt.every_steps and at its end')
+    return self.step
+
+
+def open_run(workdir: str, step: int | None = None, *, vocab: str = 'required') -> OpenRun:
+  """Opens a pretraining workdir: its config, model config, vocabulary and checkpoint steps.
+
+  Args:
+    workdir: the run's --workdir (a local path or gs://...).
+    step: the checkpoint to read; None for the latest (or none, if it has no checkpoint).
+    vocab: 'required' (a workdir without a vocabulary is an error), 'optional' (then
+      `tokenizer` is None) or 'skip' (not read: readers of the parameters alone).
+  Returns:
+    An `OpenRun`; nothing of the checkpoint is read until `read`.
+  """
+  workdir = os.fspath(workdir)
+  config = read_config(workdir)
+  if 'model' not in config:
+    raise UserError(f'{os.path.join(workdir, "config.json")} has no model section; is it a '
+                    'sharedbert pretraining run?')
+  model_cfg = ModelConfig.from_config(config.model)
+  if vocab not in ('required', 'optional', 'skip'):
+    raise ValueError(f'vocab={vocab!r}: required, optional or skip')
+  tokenizer = (open_vocab(workdir, model_cfg) if vocab == 'required'
+               else tokenizer_lib.load_workdir(workdir) if vocab == 'optional' else None)
+  steps = tuple(checkpoint_steps(workdir))
+  if step is not None and step not in steps:
+    raise UserError(f'no checkpoint at step {step} in {checkpoint_lib.checkpoint_dir(workdir)}; '
+                    f'steps there: {list(steps)}')
+  return OpenRun(workdir, config, model_cfg, tokenizer, steps,
+                 step if step is not None else (steps[-1] if steps else None))
+
+
 def restore(workdir: str, step: int | None = None, *,
             mesh: jax.sharding.Mesh | Mapping[str, int] | None = None,
             devices: Sequence[jax.Device] | None = None) -> 'Restored':
@@ -115,25 +197,19 @@ def restore(workdir: str, step: int | None = None, *,
   workdir = os.fspath(workdir)
   if classifiers.is_classifier_dir(workdir):
     return restore_classifier(workdir, step, mesh=mesh, devices=devices)
-  config = read_config(workdir)
-  model_cfg = ModelConfig.from_config(config.model)
-  tokenizer = open_vocab(workdir, model_cfg)
-  steps = checkpoint_steps(workdir)
-  if not steps:
-    raise UserError(f'no checkpoint in {checkpoint_lib.checkpoint_dir(workdir)}; a run saves '
-                    'one every ckpt.every_steps and at its end')
-  if step is not None and step not in steps:
-    raise UserError(f'no checkpoint at step {step} in {checkpoint_lib.checkpoint_dir(workdir)}; '
-                    f'steps there: {steps}')
-
+  run = open_run(workdir, step)
+  run._step()  # pylint: disable=protected-access  # No checkpoint: say so before any work.
+  config = run.config
   target_mesh = _target_mesh(mesh, devices)
   axis_rules = sharding.rules(config)
-  model = BertForPretraining(model_cfg)
+  model = BertForPretraining(run.model_config)
+  abstract = _abstract_params(model, config, target_mesh, axis_rules)
   # The latest step, or the one before if it is damaged (as a resumed run does).
-  candidates = [step] if step is not None else steps[::-1]
+  candidates = [step] if step is not None else list(run.steps[::-1])
   for i, candidate in enumerate(candidates):
+    at = dataclasses.replace(run, step=candidate)
     try:
-      params = _restore_params(workdir, candidate, model, config, target_mesh, axis_rules)
+      params = _read_params(at, abstract)
     except UserError:
       raise
     except Exception as e:  # A damaged step: a truncated or missing file.
@@ -143,12 +219,12 @@ def restore(workdir: str, step: int | None = None, *,
                       candidate, workdir, type(e).__name__, str(e).splitlines()[0][:200],
                       candidates[i + 1])
       continue
-    return Restored(model=model, params=params, tokenizer=tokenizer, config=config,
+    return Restored(model=model, params=params, tokenizer=run.tokenizer, config=config,
                     mesh=target_mesh, step=candidate, axis_rules=axis_rules)
 
 
-def _restore_params(workdir, step, model, config, mesh, axis_rules):
-
+def _abstract_params(model, config, mesh, axis_rules):
+  """The model's parameters as ShapeDtypeStructs with their shardings on `mesh`."""
   # Parameter shapes do not depend on the length; an imported checkpoint's recipe may keep a
   # data.seq_len longer than its position table, so the shorter of the two.
   length = min(config.data.seq_len, config.model.max_position_embeddings)
@@ -158,31 +234,19 @@ def _restore_params(workdir, step, model, config, mesh, axis_rules):
     boxed = jax.eval_shape(lambda r: model.init({'params': r}, *inputs)['params'],
                            jax.random.key(0))
     shardings = sharding.logical_shardings(boxed, mesh, axis_rules)
-  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                          nn.unbox(boxed), shardings)
-  path = epath.Path(f'{checkpoint_lib.checkpoint_dir(workdir)}/{step}/state')
-  handler = ocp.PyTreeCheckpointHandler()
-  try:
-    saved = handler.metadata(path)['params']
-    _check_fits(saved, abstract, path, workdir)
-    target = {'params': abstract}
-    # Only the 'params' subtree of the saved train state is read.
-    return handler.restore(path, args=ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=True))['params']
-  finally:
-    handler.close()
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      nn.unbox(boxed), shardings)
 
 
-def _shapes(tree, prefix=()) -> dict[str, tuple]:
-  if isinstance(tree, Mapping):
-    return {k: v for key, sub in tree.items() for k, v in _shapes(sub, prefix + (key,)).items()}
-  return {'/'.join(prefix): tuple(tree.shape)}
+def _read_params(run: OpenRun, abstract):
+  path = f'{checkpoint_lib.checkpoint_dir(run.workdir)}/{run.step}/state'
+  _check_fits(run.saved_shapes() or {}, checkpoint_lib.tree_shapes(abstract), path,
+              run.workdir)
+  return run.read(abstract)
 
 
-def _check_fits(saved, abstract, path, workdir):
+def _check_fits(have, want, path, workdir):
   """The checkpoint's parameters must be those of the model in config.json."""
-  have, want = _shapes(saved), _shapes(abstract)
   problems = ([f'{k} missing' for k in want if k not in have]
               + [f'{k} unexpected' for k in have if k not in want]
               + [f'{k} has shape {have[k]}, the model {want[k]}'

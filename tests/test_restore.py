@@ -211,3 +211,45 @@ if importlib.util.find_spec('transformers') and importlib.util.find_spec('torch'
   has_hf = subprocess.run([sys.executable, '-c', 'import torch, transformers'],
                           capture_output=True).returncode == 0
   assert (lines[1:] == ['pipeline 5']) if has_hf else (lines[1:] == [])
+
+
+def test_one_reader_opens_a_run_for_restore_fine_tuning_and_export(workdir, restored):
+  """sharedbert.runs.open_run is what restore, fine-tuning's init_from and the exporter read
+  through: the same config, vocabulary, step and arrays."""
+  from sharedbert import runs
+  from sharedbert.convert import hf as convert_hf
+  from sharedbert.tasks import pretrained as pretrained_lib
+  run = runs.open_run(workdir)
+  assert run.steps == (3,) and run.step == 3 and run.model_config.attention == 'shared'
+  assert run.tokenizer.vocab_size == restored['one device'].tokenizer.vocab_size
+  assert run.saved_shapes(('params', 'bert', 'embeddings', 'word_embeddings')) == {
+      'embedding': (256, 64)}
+  assert run.saved_shapes(('params', 'nothing')) is None
+  # The exporter's numpy copy and the fine-tuning encoder equal restore's parameters.
+  cfg, params, meta, step = convert_hf.read_params(workdir)
+  assert step == 3 and cfg == run.model_config and meta['model']['attention'] == 'shared'
+  assert_params_close(params, restored['one device'].params, atol=0)
+  mesh = sharding.make_mesh({'data': 1, 'fsdp': 1, 'tensor': 1}, jax.devices()[:1])
+  target = pretrained_lib.abstract_encoder(run.model_config, mesh, sharding.rules(run.config))
+  encoder, step = pretrained_lib.restore_encoder_params(workdir, target)
+  assert step == 3
+  assert_params_close(encoder, restored['one device'].params['bert'], atol=0)
+  assert pretrained_lib.open_pretrained(workdir).model_config == run.model_config
+  with pytest.raises(UserError, match='no checkpoint at step 7 .* steps there: \\[3\\]'):
+    runs.open_run(workdir, 7)
+  with pytest.raises(ValueError, match='required, optional or skip'):
+    runs.open_run(workdir, vocab='maybe')
+
+
+def test_no_module_but_checkpoint_py_calls_orbax():
+  """Checkpoints are read and written in one place (sharedbert/checkpoint.py)."""
+  root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'sharedbert')
+  callers = []
+  for folder, _, files in os.walk(root):
+    for name in files:
+      path = os.path.join(folder, name)
+      if name.endswith('.py') and path != os.path.join(root, 'checkpoint.py'):
+        text = open(path, encoding='utf-8').read()
+        if 'import orbax' in text or 'from orbax' in text:
+          callers.append(os.path.relpath(path, root))
+  assert callers == []

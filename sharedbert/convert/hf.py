@@ -51,7 +51,6 @@ import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_flags
 import numpy as np
-import orbax.checkpoint as ocp
 from safetensors.numpy import load_file
 from safetensors.numpy import save_file
 
@@ -68,6 +67,7 @@ from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_f
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
 from sharedbert import config as sb_config
 from sharedbert import pretrain_step
+from sharedbert import runs
 from sharedbert import optim as optim_lib
 from sharedbert.utils import workdir as workdir_lib
 
@@ -213,33 +213,21 @@ def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Par
   """(model config, parameters as numpy, checkpoint meta, step) of a workdir's checkpoint.
 
   Only the parameters are read (not the optimizer state), on one device, whatever mesh
-  the checkpoint was saved from.
+  the checkpoint was saved from, in the layout the checkpoint's meta names (a run that
+  switched model.scan_layers on resume has checkpoints of both layouts).
   """
   directory = checkpoint_lib.checkpoint_dir(workdir)
   if not os.path.isdir(directory):
     raise UserError(f'{workdir} has no checkpoints/ directory; is it a sharedbert workdir?')
-  ckpt = checkpoint_lib.Checkpointer(workdir, None)
-  try:
-    steps = ckpt.all_steps()
-    if not steps:
-      raise UserError(f'no checkpoint in {directory}')
-    if step is None:
-      step = steps[-1]
-    elif step not in steps:
-      raise UserError(f'no checkpoint at step {step} in {directory}; steps: {steps}')
-    meta = ckpt.restore_meta(step)
-  finally:
-    ckpt.close()
+  run = runs.open_run(workdir, step, vocab='skip')
+  if run.step is None:
+    raise UserError(f'no checkpoint in {directory}')
+  meta = run.checkpoint_meta()
   model_cfg = ModelConfig.from_config(meta['model'])
-  path = os.path.join(directory, str(step), 'state')
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  target = {'params': jax.tree.map(
-      lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-      _abstract_params(model_cfg))}
-  restored = ocp.PyTreeCheckpointer().restore(path, args=ocp.args.PyTreeRestore(
-      item=target, restore_args=jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device),
-                                             target), partial_restore=True))
-  return model_cfg, jax.tree.map(np.asarray, restored['params']), meta, step
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                        _abstract_params(model_cfg))
+  return model_cfg, jax.tree.map(np.asarray, run.read(target)), meta, run.step
 
 
 def write_checkpoint(workdir: str, config, params: Params, *, source: str,

@@ -13,31 +13,24 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert.utils import paths
 from sharedbert.errors import UserError
 from sharedbert.models.bert import BertForSequenceClassification, ModelConfig
-from sharedbert.tasks.pretrained import shapes
 
 
 CLASSIFIER_FILE = 'model.json'
 
 
 def classifier_manager(seed_dir: str, config=None, *, read_only: bool = False):
-  """The orbax manager of a seed's fine-tuned models (one checkpoint per kept epoch)."""
-  kw = {}
-  if config is not None:
-    kw = dict(max_to_keep=int(config.ckpt.max_to_keep))
-    if config.eval.select_best_epoch:
-      kw.update(best_fn=lambda m: float(m['score']), best_mode='max')
-  return ocp.CheckpointManager(
-      os.path.join(seed_dir, checkpoint_lib.CHECKPOINT_DIR),
-      options=ocp.CheckpointManagerOptions(create=not read_only, read_only=read_only,
-                                           enable_async_checkpointing=False, **kw),
-      item_handlers={'params': ocp.PyTreeCheckpointHandler(),
-                     'meta': ocp.JsonCheckpointHandler()})
+  """The orbax manager of a seed's fine-tuned models (one checkpoint per kept epoch),
+  keeping `config.ckpt.max_to_keep` of them (the best dev epochs when the run selects one)."""
+  if config is None:
+    return checkpoint_lib.epoch_manager(seed_dir, read_only=read_only)
+  best = (lambda m: float(m['score'])) if config.eval.select_best_epoch else None
+  return checkpoint_lib.epoch_manager(seed_dir, max_to_keep=int(config.ckpt.max_to_keep),
+                                      best_fn=best, read_only=read_only)
 
 
 def is_classifier_dir(path: str) -> bool:
@@ -59,8 +52,7 @@ def read_classifier(seed_dir: str, step: Optional[int] = None, shardings=None):
                       'the seed did not finish an epoch)')
     if step is None:
       if head.get('selection') == 'best dev epoch':
-        scores = {s: manager.restore(s, args=ocp.args.Composite(
-            meta=ocp.args.JsonRestore()))['meta']['score'] for s in steps}
+        scores = {s: checkpoint_lib.read_epoch_meta(manager, s)['score'] for s in steps}
         step = max(steps, key=lambda s: (scores[s], -s))
       else:
         step = steps[-1]
@@ -75,7 +67,7 @@ def read_classifier(seed_dir: str, step: Optional[int] = None, shardings=None):
         lambda: model.init(jax.random.key(0), z, z, jnp.ones_like(z))))['params']
     saved = manager.item_metadata(step)['params']
     saved = getattr(saved, 'tree', saved)
-    have, want = shapes(saved), shapes(abstract)
+    have, want = checkpoint_lib.tree_shapes(saved), checkpoint_lib.tree_shapes(abstract)
     if have != want:
       raise UserError(f'the model in {seed_dir}/checkpoints/{step} does not fit the classifier '
                       f'that {CLASSIFIER_FILE} describes')
@@ -85,9 +77,7 @@ def read_classifier(seed_dir: str, step: Optional[int] = None, shardings=None):
       shardings = jax.tree.map(lambda _: device, abstract)
     target = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
                           abstract, shardings)
-    params = manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
-        item=target, restore_args=jax.tree.map(
-            lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target))))['params']
+    params = checkpoint_lib.read_epoch_params(manager, step, target)
   finally:
     manager.close()
   return head, jax.tree.map(np.asarray, params) if as_numpy else params, step

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
@@ -343,11 +342,8 @@ class TaskRun:
                                     f'the {self.spec.name} seed {seed} model of epoch {epoch}',
                                     then)
     try:
-      manager.save(epoch, args=ocp.args.Composite(
-          params=ocp.args.PyTreeSave(params),
-          meta=ocp.args.JsonSave({'epoch': epoch, 'score': score, 'dev': dev})),
-                   metrics={'score': score})
-      manager.wait_until_finished()  # Before the next step donates (frees) these params.
+      checkpoint_lib.save_epoch(manager, epoch, params,
+                                {'epoch': epoch, 'score': score, 'dev': dev})
     except Exception as e:  # pylint: disable=broad-except
       for partial in tf.io.gfile.glob(os.path.join(directory, '*.orbax-checkpoint-tmp*')):
         tf.io.gfile.rmtree(partial)

@@ -12,9 +12,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import orbax.checkpoint as ocp
 
 from sharedbert import checkpoint as checkpoint_lib
+from sharedbert import runs
 from sharedbert.utils import paths
 from sharedbert import sharding
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -32,20 +32,16 @@ class PretrainedRun:
 
 def open_pretrained(init_from: str) -> PretrainedRun:
   """Reads the model section of config.json and the vocabulary of a pretraining workdir
-  (vocab.model, or the vocab.txt of a Hugging Face import)."""
+  (vocab.model, or the vocab.txt of a Hugging Face import), through runs.open_run."""
   config_path = os.path.join(init_from, 'config.json')
   if not paths.gfile().exists(config_path):
     raise UserError(f'config.init_from={init_from} is not a pretraining workdir: {config_path} '
                     'not found; point it at the --workdir of a finished pretraining run')
-  with paths.gfile().GFile(config_path) as f:
-    try:
-      pretrain_config = json.load(f)
-    except json.JSONDecodeError as e:
-      raise UserError(f'{config_path} is not valid JSON ({e})') from None
-  if 'model' not in pretrain_config:
-    raise UserError(f'{config_path} has no model section; is it a sharedbert pretraining run?')
-  model_cfg = ModelConfig.from_config(pretrain_config['model'])
-  tokenizer = tokenizer_lib.load_workdir(init_from)
+  try:
+    run = runs.open_run(init_from, vocab='optional')
+  except json.JSONDecodeError as e:
+    raise UserError(f'{config_path} is not valid JSON ({e})') from None
+  model_cfg, tokenizer = run.model_config, run.tokenizer
   if tokenizer is None:
     raise UserError(f'config.init_from={init_from} holds no vocabulary '
                     f'({tokenizer_lib.VOCAB_FILE}, or {tokenizer_lib.WORDPIECE_FILE} from a '
@@ -57,52 +53,38 @@ def open_pretrained(init_from: str) -> PretrainedRun:
   return PretrainedRun(init_from, model_cfg, tokenizer)
 
 
-def shapes(tree) -> dict[str, tuple]:
-  """{'a/b/c': shape} of every leaf of `tree`."""
-  return {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(leaf.shape)
-          for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
-
-
 def restore_encoder_params(init_from: str, target, *,
                            metadata_only: bool = False) -> tuple[Any, int]:
   """Reads only `params['bert']` of the latest checkpoint in a pretraining workdir.
 
-  `target` is the encoder's abstract tree (ShapeDtypeStructs with shardings); the arrays
-  are placed as it says. The MLM head and the optimizer state are not read (orbax partial
-  restore). Returns (params, step); with `metadata_only`, (None, step) after checking
-  that the checkpoint holds an encoder of target's shapes, without reading an array.
+  Args:
+    init_from: the pretraining run's --workdir.
+    target: the encoder's abstract tree (ShapeDtypeStructs with shardings); the arrays are
+      placed as it says. The MLM head and the optimizer state are not read.
+    metadata_only: only check that the checkpoint holds an encoder of target's shapes.
+  Returns:
+    (params, step); with `metadata_only`, (None, step), reading no array.
   """
   directory = checkpoint_lib.checkpoint_dir(init_from)
   if not paths.gfile().exists(directory):
     raise UserError(f'no checkpoints in {directory}; pretrain first, or set '
                     'config.from_scratch=True for a baseline without pretrained weights')
-  manager = ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(read_only=True),
-      item_handlers={'state': ocp.PyTreeCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
-  try:
-    step = manager.latest_step()
-    if step is None:
-      raise UserError(f'no checkpoint found in {directory}; pretrain first')
-    saved = manager.item_metadata(step)['state']
-    saved = getattr(saved, 'tree', saved)
-    saved_bert = saved.get('params', {}).get('bert') if isinstance(saved, dict) else None
-    if saved_bert is None:
-      raise UserError(f'checkpoint {step} in {directory} has no params/bert encoder')
-    have, want = shapes(saved_bert), shapes(target)
-    if have != want:
-      diffs = [f'{k}: checkpoint {have.get(k)} vs model {want.get(k)}'
-               for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
-      raise UserError(f'the encoder in checkpoint {step} of {directory} does not match '
-                      f'{init_from}/config.json: {"; ".join(diffs[:5])}')
-    if metadata_only:
-      return None, step
-    item = {'params': {'bert': target}}
-    restore_args = jax.tree.map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), item)
-    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
-        item=item, restore_args=restore_args, partial_restore=True)))
-  finally:
-    manager.close()
-  return restored['state']['params']['bert'], step
+  run = runs.open_run(init_from, vocab='skip')
+  step = run.step
+  if step is None:
+    raise UserError(f'no checkpoint found in {directory}; pretrain first')
+  have = run.saved_shapes(('params', 'bert'))
+  if have is None:
+    raise UserError(f'checkpoint {step} in {directory} has no params/bert encoder')
+  want = checkpoint_lib.tree_shapes(target)
+  if have != want:
+    diffs = [f'{k}: checkpoint {have.get(k)} vs model {want.get(k)}'
+             for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+    raise UserError(f'the encoder in checkpoint {step} of {directory} does not match '
+                    f'{init_from}/config.json: {"; ".join(diffs[:5])}')
+  if metadata_only:
+    return None, step
+  return run.read(target, ('params', 'bert')), step
 
 
 def abstract_encoder(model_cfg: ModelConfig, mesh, axis_rules):
