@@ -168,3 +168,42 @@ def check(kept: str) -> None:
   if signum is not None:
     raise Stopped(f'stopped by {signal_name(signum)}; {kept}; run the same command again to '
                   'go on', signum)
+
+
+class StepFlag:
+  """Remembers a SIGTERM so that the loop can save and exit at a step boundary.
+
+  Only for a single process: with several, JAX's preemption service owns SIGTERM and the
+  processes agree on the step to save at (`Checkpointer.reached_preemption`); a handler
+  here would replace JAX's, and processes seeing the signal at different steps would
+  save at different steps.
+  """
+
+  def __init__(self, enabled: bool = True):
+    self.enabled = enabled
+    self.raised = False
+    self._previous = None
+
+  def __enter__(self):
+    self.signum = None
+    self._previous = {}
+    if not self.enabled:
+      return self
+    if requested():  # Seen by the command's own handler before this one.
+      self.raised, self.signum = True, requested()
+    try:
+      for signum in SIGNALS:  # Ctrl-C, a preemption, the terminal closing.
+        self._previous[signum] = signal.signal(signum, self._handle)
+    except ValueError:  # Not the main thread (e.g. some notebook runners): no handler.
+      self._previous = {}
+    return self
+
+  def _handle(self, signum, frame):
+    logging.warning('%s received: saving a checkpoint at the end of this step',
+                    signal_name(signum))
+    self.raised = True
+    self.signum = self.signum or signum
+
+  def __exit__(self, *exc):
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)

@@ -59,51 +59,8 @@ class Preempted(interrupts.Stopped):
   saved; `signum` says which."""
 
 
-
-
 # ---------------------------------------------------------------------------------------
 # The loop.
-
-class _SignalFlag:
-  """Remembers a SIGTERM so that the loop can save and exit at a step boundary.
-
-  Only for a single process: with several, JAX's preemption service owns SIGTERM and the
-  processes agree on the step to save at (`Checkpointer.reached_preemption`); a handler
-  here would replace JAX's, and processes seeing the signal at different steps would
-  save at different steps.
-  """
-
-  def __init__(self, enabled: bool = True):
-    self.enabled = enabled
-    self.raised = False
-    self._previous = None
-
-  SIGNALS = interrupts.SIGNALS  # Ctrl-C, a preemption, the terminal closing.
-
-  def __enter__(self):
-    self.signum = None
-    self._previous = {}
-    if not self.enabled:
-      return self
-    if interrupts.requested():  # Seen by the command's own handler before this one.
-      self.raised, self.signum = True, interrupts.requested()
-    try:
-      for signum in self.SIGNALS:
-        self._previous[signum] = signal.signal(signum, self._handle)
-    except ValueError:  # Not the main thread (e.g. some notebook runners): no handler.
-      self._previous = {}
-    return self
-
-  def _handle(self, signum, frame):
-    logging.warning('%s received: saving a checkpoint at the end of this step',
-                    interrupts.signal_name(signum))
-    self.raised = True
-    self.signum = self.signum or signum
-
-  def __exit__(self, *exc):
-    for signum, previous in self._previous.items():
-      signal.signal(signum, previous)
-
 
 def _mean_metrics(history: list[dict]) -> dict:
   # float64, so that values restored from a checkpoint's JSON average exactly as on device.
@@ -290,7 +247,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
     # Ctrl-C or SIGTERM before the first step (vocabulary, state, compilation) stops the
     # run cleanly where it is: nothing was trained, so nothing is saved.
-    with _SignalFlag(enabled=jax.process_count() == 1) as early:
+    with interrupts.StepFlag(enabled=jax.process_count() == 1) as early:
       return _train(config, workdir, plan, early=early)
 
 
@@ -452,7 +409,7 @@ def _loop(config, plan: Plan, steps: _Steps, start: _Start, data: PretrainData, 
           'seed': config.seed, 'batch_size': d.batch_size, 'data': data_identity(config)}
   last = {}
   signals = (contextlib.nullcontext(early) if early is not None
-             else _SignalFlag(enabled=jax.process_count() == 1))
+             else interrupts.StepFlag(enabled=jax.process_count() == 1))
   with jax.set_mesh(mesh), nn.logical_axis_rules(plan.axis_rules), signals as sigterm:
     first = sharding.global_batch(next(batches), mesh)
     history = list(start.pending_metrics)

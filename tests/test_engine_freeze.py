@@ -78,7 +78,9 @@ def compute(root) -> dict:
   (root / 'g').mkdir()
   (root / 's').mkdir()
   out = {'study': run_study(root / 's')}
-  out['glue'] = run_glue(root / 'g', study.pretrain_dir(str(root / 's' / 'study'), 'standard'))
+  from sharedbert.lab import study_plan
+  out['glue'] = run_glue(root / 'g', study_plan.pretrain_dir(str(root / 's' / 'study'),
+                                                             'standard'))
   return out
 
 

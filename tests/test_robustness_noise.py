@@ -7,8 +7,8 @@ import pytest
 
 from sharedbert.evaluators import robustness
 from sharedbert.metrics import glue as glue_metrics
-from sharedbert.models.bert import (BertForSequenceClassification, ModelConfig,
-                                    add_embedding_noise)
+from sharedbert.evaluators.robustness import add_embedding_noise
+from sharedbert.models.bert import BertForSequenceClassification, ModelConfig
 
 
 def _tiny_classifier():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sharedbert.lab import study
+from sharedbert.lab import study_plan
 from sharedbert.lab import study_stats
 from sharedbert.errors import UserError
 
@@ -61,7 +62,7 @@ def _write_fixture_data(root):
 def _toy_config(corpus, glue_dir):
   import ml_collections
   from sharedbert.models.params import load_config_file
-  config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), 'cpu')
+  config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'), 'cpu')
   config.variants = ('standard', 'shared')
   config.seeds = 2
   config.bootstrap_resamples = 50
@@ -101,20 +102,20 @@ def _toy_config(corpus, glue_dir):
 def test_merge_overrides_refuses_unknown_keys():
   import ml_collections
   base = ml_collections.ConfigDict({'a': 1, 'b': {'c': 2}})
-  study.merge_overrides(base, {'b': {'c': 3}}, 'x')
+  study_plan.merge_overrides(base, {'b': {'c': 3}}, 'x')
   assert base.b.c == 3
   with pytest.raises(UserError, match=r'x\.b\.nope is not a key'):
-    study.merge_overrides(base, {'b': {'nope': 1}}, 'x')
+    study_plan.merge_overrides(base, {'b': {'nope': 1}}, 'x')
 
 
 def test_study_presets_resolve():
   from sharedbert.models.params import load_config_file
   for preset in ('cpu', 'gpu', 'pod'):
-    config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), preset)
+    config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'), preset)
     for v in config.variants:
-      cfg = study.pretrain_config(config, v)
+      cfg = study_plan.pretrain_config(config, v)
       assert cfg.model.attention == v
-    g = study.glue_config(config, '/nowhere', 'cola')
+    g = study_plan.glue_config(config, '/nowhere', 'cola')
     assert g.seeds == config.seeds and not g.eval.select_best_epoch
 
 
@@ -264,23 +265,23 @@ def test_glue_task_discovery_skips_tasks_without_train_or_dev(tmp_path):
       'CoLA': ['train.tsv', 'dev.tsv', 'test.tsv'], 'RTE': ['dev.tsv'],
       'QNLI': ['train.tsv'], 'MNLI': ['train.tsv', 'dev_matched.tsv'],
       'WNLI': ['train.tsv', 'dev.tsv'], 'notes': ['readme.txt']})
-  tasks, skipped = study.discover_glue_tasks(str(tmp_path))
+  tasks, skipped = study_plan.discover_glue_tasks(str(tmp_path))
   assert tasks == ['cola', 'wnli']
   assert skipped == [('mnli', 'no dev_mismatched.tsv'), ('qnli', 'no dev.tsv'),
                      ('rte', 'no train.tsv')]
   config = _toy_config('corpus', str(tmp_path))
-  assert study.resolve_glue_tasks(config) == (tasks, skipped)
+  assert study_plan.resolve_glue_tasks(config) == (tasks, skipped)
   config.glue.tasks = 'SST-2, cola,sst2'  # Names, in any spelling: no discovery.
-  assert study.resolve_glue_tasks(config) == (['sst2', 'cola'], [])
+  assert study_plan.resolve_glue_tasks(config) == (['sst2', 'cola'], [])
   # Only RTE's dev set: nothing to train.
   only_dev = tmp_path / 'only_dev'
   _glue_task_files(only_dev, {'RTE': ['dev.tsv']})
   config = _toy_config('corpus', str(only_dev))
   with pytest.raises(UserError, match=r"found no task with a train\.tsv and a dev\.tsv in "
                      r".*only_dev \(rte: no train\.tsv\)"):
-    study.resolve_glue_tasks(config)
+    study_plan.resolve_glue_tasks(config)
   # Cross-domain pairs need their source fine-tuned and their target's dev file.
-  run, skipped_pairs = study.crossdomain_plan(config, ['mrpc'])
+  run, skipped_pairs = study_plan.crossdomain_plan(config, ['mrpc'])
   assert [t.name for t in run] == []
   assert dict(skipped_pairs)['mrpc->qqp'] == 'no QQP/dev.tsv in the GLUE data'
   assert dict(skipped_pairs)['mnli->rte'] == 'its source mnli is not fine-tuned in this study'
@@ -288,19 +289,19 @@ def test_glue_task_discovery_skips_tasks_without_train_or_dev(tmp_path):
 
 def test_cpu_preset_budget_recipe_follows_the_width():
   from sharedbert.models.params import load_config_file
-  config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), 'cpu')
+  config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'), 'cpu')
   assert config.pretrain.arg == 'size=tiny,recipe=budget' and config.glue.tasks == 'auto'
   assert config.baselines == ('none',)
-  cfg = study.pretrain_config(config, 'standard')
+  cfg = study_plan.pretrain_config(config, 'standard')
   assert cfg.model.hidden_size == 128 and cfg.model.pre_layer_norm and cfg.data.seq_len == 32
   assert cfg.model.initializer_range == round(0.7 / 128 ** 0.5, 4)
   assert cfg.data.mask_rate == 0.4 and cfg.optim.lr == 2e-3
   # A width set in the study's overrides gets the recipe's init for that width...
   config.pretrain.override.model = ml_collections.ConfigDict(dict(hidden_size=64, num_heads=2,
                                                                   mlp_dim=256))
-  assert study.pretrain_config(config, 'standard').model.initializer_range == round(0.7 / 8, 4)
+  assert study_plan.pretrain_config(config, 'standard').model.initializer_range == round(0.7 / 8, 4)
   config.pretrain.override.model.initializer_range = 0.05  # ...and an explicit value wins.
-  assert study.pretrain_config(config, 'standard').model.initializer_range == 0.05
+  assert study_plan.pretrain_config(config, 'standard').model.initializer_range == 0.05
 
 
 def test_paths_are_never_absolute(tmp_path):
@@ -354,8 +355,8 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   # standard on mrpc, 2 seeds, then its none baseline.
   assert len(finished) == 4 and sum('/none/mrpc/' in p for p in finished) == 2
   mtimes = {p: os.path.getmtime(p) for p in finished}
-  pretrain_done = {v: os.path.getmtime(os.path.join(study.pretrain_dir(workdir, v),
-                                                    study.DONE_FILE))
+  pretrain_done = {v: os.path.getmtime(os.path.join(study_plan.pretrain_dir(workdir, v),
+                                                    study_plan.DONE_FILE))
                    for v in config.variants}
 
   # Resume: finished runs are skipped, the rest are run, the report is written.
@@ -363,10 +364,10 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   for p, t in mtimes.items():
     assert os.path.getmtime(p) == t, f'{p} was run again'
   for v, t in pretrain_done.items():
-    assert os.path.getmtime(os.path.join(study.pretrain_dir(workdir, v), study.DONE_FILE)) == t
+    assert os.path.getmtime(os.path.join(study_plan.pretrain_dir(workdir, v), study_plan.DONE_FILE)) == t
 
   # Both variants pretrained with one vocabulary and the same batches.
-  vocabs = [open(os.path.join(study.pretrain_dir(workdir, v), 'vocab.model'), 'rb').read()
+  vocabs = [open(os.path.join(study_plan.pretrain_dir(workdir, v), 'vocab.model'), 'rb').read()
             for v in config.variants]
   assert vocabs[0] == vocabs[1]
 
@@ -394,7 +395,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
     # The same training examples, hence the same majority label.
     assert (runs['none'][t][0]['majority_prediction'] ==
             runs['standard'][t][0]['majority_prediction'])
-  assert not os.path.exists(study.pretrain_dir(workdir, 'none'))
+  assert not os.path.exists(study_plan.pretrain_dir(workdir, 'none'))
   r = runs['shared']['mrpc'][1]
   # Robustness: level 0 with every noise seed is the clean dev score, exactly.
   assert r['robustness']['levels'] == [0.0, 0.3]
@@ -447,7 +448,7 @@ def test_toy_study_end_to_end_and_resume(tmp_path, monkeypatch):
   # No machine path in what a study commits.
   for name in ('report.md', 'summary.json'):
     content = open(os.path.join(workdir, name)).read()
-    for path in (str(tmp_path), os.getcwd(), os.path.dirname(study.REPO_CONFIGS), '/work/'):
+    for path in (str(tmp_path), os.getcwd(), os.path.dirname(study_plan.REPO_CONFIGS), '/work/'):
       assert path not in content, (name, path)
   for png in ('pretraining.png', 'glue.png', 'robustness.png', 'time.png'):
     assert os.path.getsize(os.path.join(workdir, png)) > 1000

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sharedbert.lab import study
+from sharedbert.lab import study_plan
 from sharedbert.lab import study_linear
 from sharedbert.lab import study_pretrain as sp
 from sharedbert.lab import study_pretrain_report as spr
@@ -36,7 +37,7 @@ def test_plan_runs_each_setting_once_and_keeps_the_reference_where_glue_reads_it
   assert a == [sp.reference(config, 'standard'), ref,
                dataclasses.replace(sp.reference(config, 'standard'), lr=1e-3),
                dataclasses.replace(ref, lr=1e-3), dataclasses.replace(ref, init='signs')]
-  assert sp.run_dir(config, '/w', ref) == study.pretrain_dir('/w', 'shared')
+  assert sp.run_dir(config, '/w', ref) == study_plan.pretrain_dir('/w', 'shared')
   assert sp.run_dir(config, '/w', a[3]) == '/w/pretrain_runs/shared/lr0.001_seed0_d32_constant'
   # Phase B: each variant at its chosen rate and init: seeds, then every width x width seed.
   fake = {r: {'eval_loss': x} for r, x in zip(a, [3.0, 4.0, 3.5, 3.9, 3.8])}
@@ -172,11 +173,11 @@ def test_toy_arms_end_to_end_with_two_workers_killed_and_resumed(tmp_path, monke
     g = summary['glue'][v]['mrpc']
     assert g['pretrain_seeds'] == 2 and g['finetune_seeds'] == 1 and g['seeds'] == [0, 1]
     for s in (0, 1):
-      record = json.load(open(study.run_file(workdir, v, 'mrpc', 0, s)))
+      record = json.load(open(study_plan.run_file(workdir, v, 'mrpc', 0, s)))
       assert record['pretrain_seed'] == s
       assert record['init_from'].endswith(os.path.basename(sp.run_dir(
           config, workdir, dataclasses.replace(chosen[v], seed=s))))
-    assert g['per_seed'] == [json.load(open(study.run_file(workdir, v, 'mrpc', 0, s)))['score']
+    assert g['per_seed'] == [json.load(open(study_plan.run_file(workdir, v, 'mrpc', 0, s)))['score']
                              for s in (0, 1)]
   assert 'hierarchical bootstrap interval' in text
 

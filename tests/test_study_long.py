@@ -8,7 +8,9 @@ import os
 import pytest
 
 from sharedbert.errors import UserError
+from sharedbert.lab import seed_stats
 from sharedbert.lab import study
+from sharedbert.lab import study_plan
 from sharedbert.lab import study_long
 from sharedbert.lab import study_long_report
 from sharedbert.models.params import load_config_file
@@ -21,7 +23,7 @@ NA = study_long.NO_INIT
 
 
 def _config(preset='cpu_long', **long):
-  config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'),
+  config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'),
                             f'{preset},data=/nowhere')
   config.long.update(long)
   return config
@@ -62,7 +64,7 @@ def test_presets_resolve_and_keep_selection_apart():
 def study_long_presets():
   import importlib.util
   spec = importlib.util.spec_from_file_location(
-      'study_cfg', os.path.join(study.REPO_CONFIGS, 'study.py'))
+      'study_cfg', os.path.join(study_plan.REPO_CONFIGS, 'study.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.LONG_PRESETS
@@ -120,26 +122,26 @@ def test_plan_waits_for_sweeps_and_runs_shortest_first():
 
 def test_trend_of_an_exact_line_and_of_noise():
   pts = [(2 ** k, 0.5 - 0.1 * k) for k in (10, 11, 12, 13)]
-  fit = study_long.trend(pts)
+  fit = seed_stats.trend(pts)
   assert fit['slope_per_doubling'] == pytest.approx(-0.1)
   assert fit['ci_low'] == pytest.approx(-0.1) and fit['direction'] == 'shrinks'
   noisy = [(1000, 0.3), (1000, -0.3), (2000, 0.2), (2000, -0.2), (4000, 0.3), (4000, -0.3)]
-  assert study_long.trend(noisy)['direction'] == 'undecided'
-  assert study_long.trend([(1000, 0.1), (1000, 0.2)]) is None
+  assert seed_stats.trend(noisy)['direction'] == 'undecided'
+  assert seed_stats.trend([(1000, 0.1), (1000, 0.2)]) is None
   # Two horizons, three seeds each (as at 58 runs of cpu_long): no trend from two means.
-  assert study_long.trend([(1000, 0.0), (1000, 0.1), (1000, -0.1),
+  assert seed_stats.trend([(1000, 0.0), (1000, 0.1), (1000, -0.1),
                            (2000, 0.5), (2000, 0.4), (2000, 0.6)]) is None
 
 
 def test_smallest_margin_and_seeds_needed_by_hand():
   from scipy import stats as sp_stats
   d = [0.1, 0.2, 0.3]  # sd 0.1, n 3.
-  assert study_long.smallest_margin(d, 0.05) == pytest.approx(
+  assert seed_stats.smallest_margin(d, 0.05) == pytest.approx(
       sp_stats.t.ppf(0.95, 2) * 0.1 / math.sqrt(3))
-  n = study_long.seeds_for_margin(0.1, 0.05, 0.05)
+  n = seed_stats.seeds_for_margin(0.1, 0.05, 0.05)
   assert sp_stats.t.ppf(0.95, n - 1) * 0.1 / math.sqrt(n) < 0.05
   assert sp_stats.t.ppf(0.95, n - 2) * 0.1 / math.sqrt(n - 1) >= 0.05
-  assert study_long.seeds_for_margin(10.0, 0.05, 0.05) is None
+  assert seed_stats.seeds_for_margin(10.0, 0.05, 0.05) is None
 
 
 def _fabricate_finished_study(workdir, config):
@@ -285,7 +287,7 @@ def test_an_orphaned_worker_does_not_start_a_queued_job():
 
 def test_device_script_runs_the_gpu_long_preset_and_refuses_without_a_gpu():
   import subprocess
-  root = os.path.dirname(study.REPO_CONFIGS)
+  root = os.path.dirname(study_plan.REPO_CONFIGS)
   script = os.path.join(root, 'bench', 'gpu_long.sh')
   text = open(script).read()
   assert 'configs/study.py:gpu_long' in text and 'sharedbert.lab.study' in text

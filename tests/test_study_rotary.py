@@ -2,8 +2,6 @@
 seeds, the gated reuse of the long study's runs, its statistics against hand-computed
 cases, and the plumbing end to end at toy size."""
 
-import dataclasses
-import json
 import math
 import os
 
@@ -12,7 +10,9 @@ import pytest
 from scipy import stats as sp_stats
 
 from sharedbert.errors import UserError
+from sharedbert.lab import seed_stats
 from sharedbert.lab import study
+from sharedbert.lab import study_plan
 from sharedbert.lab import study_long
 from sharedbert.lab import study_rotary
 from sharedbert.lab import study_rotary_report
@@ -26,7 +26,7 @@ NA = study_long.NO_INIT
 
 
 def _config(**rotary):
-  config = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), 'cpu_rotary,data=/x')
+  config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'), 'cpu_rotary,data=/x')
   config.rotary.update(rotary)
   return config
 
@@ -58,7 +58,7 @@ def test_the_preset_keeps_the_design_it_registered():
   cfg = study_rotary.run_config(config, LongRun('shared', 2000, 4e-3, 0, NA))
   assert cfg.model.position_embeddings == 'learned' and cfg.model.diag_init_scheme == 'signs'
   # The long study's run recipe, unchanged: its runs can be reused.
-  long = load_config_file(os.path.join(study.REPO_CONFIGS, 'study.py'), 'cpu_long,data=/x')
+  long = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'), 'cpu_long,data=/x')
   a = study_long.run_config(long, LongRun('standard', 2000, 4e-3, 100, NA)).to_dict()
   b = study_rotary.run_config(config, LongRun('standard', 2000, 4e-3, 100, NA)).to_dict()
   a['model'].pop('diag_init_scheme'), b['model'].pop('diag_init_scheme')  # standard has none.
@@ -143,16 +143,16 @@ def test_reuse_waits_for_the_check_run_and_refuses_a_mismatch(tmp_path):
 
 def test_power_by_hand_and_by_simulation():
   # The pre-registration's figure: sd 0.154, 8 seeds, 0.2 nats, two-sided 0.05: 0.88.
-  assert study_rotary.t_power(8, 0.154, 0.2, 0.05) == pytest.approx(0.88, abs=0.01)
-  assert study_rotary.t_power(4, 0.154, 0.2, 0.05) == pytest.approx(0.43, abs=0.01)
+  assert seed_stats.t_power(8, 0.154, 0.2, 0.05) == pytest.approx(0.88, abs=0.01)
+  assert seed_stats.t_power(4, 0.154, 0.2, 0.05) == pytest.approx(0.43, abs=0.01)
   # A z-approximation bound: power below the known-sd test's, above 0.
   n, sd = 6, 0.1
   z = 0.2 / (sd / math.sqrt(n))
   z_power = sp_stats.norm.sf(1.96 - z) + sp_stats.norm.cdf(-1.96 - z)
-  assert 0 < study_rotary.t_power(n, sd, 0.2, 0.05) < z_power
+  assert 0 < seed_stats.t_power(n, sd, 0.2, 0.05) < z_power
   # TOST with a tiny spread always passes; with a huge one, never.
-  assert study_rotary.tost_power(8, 1e-4, 0.05, 0.05) == 1.0
-  assert study_rotary.tost_power(8, 10.0, 0.05, 0.05) == 0.0
+  assert seed_stats.tost_power(8, 1e-4, 0.05, 0.05) == 1.0
+  assert seed_stats.tost_power(8, 10.0, 0.05, 0.05) == 0.0
   # Against the integral over the sample sd: P = E_s[2 Phi((margin - t s/sqrt(n)) /
   # (sd/sqrt(n))) - 1], s = sd * sqrt(chi2_{n-1} / (n-1)).
   from scipy import integrate
@@ -165,7 +165,7 @@ def test_power_by_hand_and_by_simulation():
     return inner * sp_stats.chi2.pdf(q, n - 1)
 
   exact, _ = integrate.quad(density, 0, 60, limit=200)
-  assert study_rotary.tost_power(n, sd, margin, alpha) == pytest.approx(exact, abs=0.005)
+  assert seed_stats.tost_power(n, sd, margin, alpha) == pytest.approx(exact, abs=0.005)
 
 
 def _fabricate(workdir, config):
@@ -210,7 +210,7 @@ def test_analysis_of_a_finished_study_against_hand_computed_figures(tmp_path):
   low, high = sp_stats.t.interval(0.95, 7, np.mean(per_seed), sp_stats.sem(per_seed))
   assert (i['ci_low'], i['ci_high']) == (pytest.approx(low), pytest.approx(high))
   assert i['answer'] == 'confirmed' and i['power_at_0.2'] == pytest.approx(
-      study_rotary.t_power(8, np.std(per_seed, ddof=1), 0.2, 0.05))
+      seed_stats.t_power(8, np.std(per_seed, ddof=1), 0.2, 0.05))
   e = s['effects']
   assert e['score_symmetry']['delta_nats'] == pytest.approx(0.3)
   assert e['self_favouring']['delta_nats'] == pytest.approx(0.3)

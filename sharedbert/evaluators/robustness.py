@@ -7,7 +7,9 @@ sequence's non-pad tokens, and the model runs on
 
     x + level * sigma * z,   z ~ N(0, I) drawn independently per token and feature,
 
-on non-pad tokens only (sharedbert.models.bert.add_embedding_noise). level = 0.1 is noise
+on non-pad tokens only (`add_embedding_noise`). The noise enters through the evaluator: a
+flax method interceptor adds it to the output of the model's `Embeddings`, so the model
+itself has no noise argument. level = 0.1 is noise
 with 10% of the embeddings' std; levels run 0-0.4 (0-40%). z comes from
 jax.random.key(noise_seed) folded with the batch index, so a (level, noise seed) pair is
 reproducible, and the same z (scaled) is used at every level of one noise seed. Level 0
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sharedbert.models import bert
 from sharedbert.tasks import engine
 
 
@@ -41,17 +45,42 @@ def noise_for_batch(noise_seed: int, batch_index: int, shape) -> jax.Array:
   return jax.random.normal(key, shape, jnp.float32)
 
 
+def add_embedding_noise(x, noise, input_mask):
+  """x + noise * sigma, where sigma is the std of x over the sequence's real tokens.
+
+  x: the embedding output [B,T,D] (after LayerNorm); noise: [B,T,D], typically
+  level * N(0, 1), so that `level` is the noise std as a fraction of the embeddings' std.
+  sigma is per sequence (all D features of its non-pad tokens), so it does not depend on
+  batching; padding gets no noise. A zero `noise` returns x unchanged, bit for bit.
+  """
+  m = input_mask.astype(jnp.float32)[..., None]
+  xf = x.astype(jnp.float32)
+  count = jnp.maximum(m.sum(axis=(1, 2)) * x.shape[-1], 1.0)
+  mean = (xf * m).sum(axis=(1, 2)) / count
+  var = (jnp.square(xf - mean[:, None, None]) * m).sum(axis=(1, 2)) / count
+  sigma = jnp.sqrt(var)[:, None, None]
+  return (xf + noise.astype(jnp.float32) * sigma * m).astype(x.dtype)
+
+
 def make_noisy_predict(model):
   """A jitted (params, batch, level, noise_seed, batch_index) -> logits of `model`.
 
-  `model` is a BertForSequenceClassification (or any module whose __call__ takes
-  input_ids, segment_ids, input_mask, deterministic and embedding_noise).
+  `model` is a BertForSequenceClassification (or any module that runs a
+  sharedbert.models.bert.Embeddings on input_ids, segment_ids, input_mask).
   """
   @jax.jit
   def predict(params, input_ids, segment_ids, input_mask, level, noise_seed, batch_index):
     z = noise_for_batch(noise_seed, batch_index, input_ids.shape + (model.config.hidden_size,))
-    return model.apply({'params': params}, input_ids, segment_ids, input_mask,
-                       deterministic=True, embedding_noise=level * z)
+
+    def noisy_embeddings(next_fun, args, kwargs, context):
+      out = next_fun(*args, **kwargs)
+      if isinstance(context.module, bert.Embeddings) and context.method_name == '__call__':
+        return add_embedding_noise(out, level * z, input_mask)
+      return out
+
+    with nn.intercept_methods(noisy_embeddings):
+      return model.apply({'params': params}, input_ids, segment_ids, input_mask,
+                         deterministic=True)
 
   return predict
 

@@ -56,12 +56,10 @@ from sharedbert.utils import jsonio
 from sharedbert.utils import paths
 from sharedbert.errors import UserError, one_line_errors
 # The plan (configs, tasks, baselines, result paths) lives in study_plan, which the report
-# reads too; its names are part of this module's interface.
-from sharedbert.lab.study_plan import (  # noqa: F401
-    BASELINES, DONE_FILE, REPO_CONFIGS, baselines_of, crossdomain_plan, discover_glue_tasks,
-    glue_config, listed_glue_tasks, load_config_file, merge_overrides, pretrain_config,
-    pretrain_dir, resolve_glue_tasks, rows_of, run_file, variants_of, _glue_source,
-    _transfers_from)
+# reads too.
+from sharedbert.lab.study_plan import (glue_config, pretrain_config, pretrain_dir,
+                                       resolve_glue_tasks, rows_of, run_file, variants_of,
+                                       _glue_source, _transfers_from)
 from sharedbert import sharding
 from sharedbert import train as train_lib
 from sharedbert.config import checks as config_checks

@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from scipy import stats as sp_stats
 
 from sharedbert.errors import UserError
 from sharedbert.metrics import stats
@@ -44,6 +43,7 @@ from sharedbert.utils import workers as workers_lib
 from sharedbert import train as train_lib
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, max_predictions
+from sharedbert.lab import seed_stats
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert import pretrain_step
@@ -419,58 +419,14 @@ def run_all(config, workdir: str, *, plan_fn=None, config_fn=None) -> dict:
 # ---------------------------------------------------------------------------------------
 # Analysis (from the result files alone).
 
-def paired(a: dict, b: dict) -> dict:
-  """Per-seed differences {seed: a - b} over the seeds both have (dicts seed -> loss)."""
-  return {s: a[s] - b[s] for s in sorted(a) if s in b}
 
 
-def difference(diffs: dict, confidence: float = 0.95) -> dict:
-  """The mean of per-seed differences {seed: a - b} with its t interval, the seeds and the
-  differences themselves (in seed order)."""
-  values = list(diffs.values())
-  low, high = stats.t_interval(values, confidence)
-  return {'delta_nats': float(np.mean(values)) if values else None, 'ci_low': low,
-          'ci_high': high, 'seeds': sorted(diffs),
-          'per_seed': [float(diffs[s]) for s in sorted(diffs)]}
 
 
-def trend(points: list[tuple[float, float]], confidence: float = 0.95) -> dict | None:
-  """A straight line of per-seed gaps against log2(tokens): the slope per doubling of the
-  tokens seen, with its t interval (residual df = points - 2). Seeds recur across horizons,
-  so the points are not independent: the interval is, if anything, too narrow. None below
-  three horizons: through two, the line only joins their means, and its interval would
-  come from the seeds' scatter alone."""
-  if len({x for x, _ in points}) < 3:
-    return None
-  x = np.log2(np.asarray([p[0] for p in points], np.float64))
-  y = np.asarray([p[1] for p in points], np.float64)
-  slope, intercept = np.polyfit(x, y, 1)
-  resid = y - (slope * x + intercept)
-  dof = len(x) - 2
-  se = math.sqrt(float(resid @ resid) / dof / float(((x - x.mean()) ** 2).sum())) if dof else math.nan
-  half = float(sp_stats.t.ppf(0.5 + confidence / 2, dof)) * se if dof else math.nan
-  low, high = float(slope) - half, float(slope) + half
-  direction = 'shrinks' if high < 0 else 'grows' if low > 0 else 'undecided'
-  return {'slope_per_doubling': float(slope), 'ci_low': low, 'ci_high': high,
-          'intercept': float(intercept), 'points': len(x), 'direction': direction}
 
 
-def smallest_margin(diffs: list[float], alpha: float) -> float | None:
-  """The smallest margin a TOST at level alpha could call equivalent with these seeds'
-  spread, were the mean difference 0: t_{1-alpha, n-1} * sd / sqrt(n)."""
-  if len(diffs) < 2:
-    return None
-  sd = float(np.std(diffs, ddof=1))
-  return float(sp_stats.t.ppf(1 - alpha, len(diffs) - 1) * sd / math.sqrt(len(diffs)))
 
 
-def seeds_for_margin(sd: float, margin: float, alpha: float, limit: int = 100) -> int | None:
-  """Seeds needed for a TOST at +-margin to pass with a true difference of 0 and this
-  spread of per-seed differences (None: more than `limit`)."""
-  for n in range(2, limit + 1):
-    if sp_stats.t.ppf(1 - alpha, n - 1) * sd / math.sqrt(n) < margin:
-      return n
-  return None
 
 
 def analyse(config, workdir: str) -> dict:
@@ -510,18 +466,18 @@ def analyse(config, workdir: str) -> dict:
     a, b = (chosen.get((v, int(h))) for v in ('shared', BASE))
     if a is None or b is None or 'shared' not in L.horizon_variants:
       continue
-    d = paired(losses(a, int(h)), losses(b, int(h)))
+    d = seed_stats.paired(losses(a, int(h)), losses(b, int(h)))
     if len(d) >= 2:
-      gaps[str(h)] = {**difference(d), 'tokens': int(h) * out['tokens_per_step']}
+      gaps[str(h)] = {**seed_stats.difference(d), 'tokens': int(h) * out['tokens_per_step']}
       gap_points += [(int(h) * out['tokens_per_step'], x) for x in d.values()]
   horizon['gap'] = gaps
-  horizon['trend'] = trend(gap_points)
+  horizon['trend'] = seed_stats.trend(gap_points)
   out['horizon'] = horizon
 
   F = int(L.factorial_steps)
   fact_losses = {v: losses(chosen[(v, F)], F) for v in L.factorial_variants if (v, F) in chosen}
   fact = {}
-  diffs = {v: paired(fact_losses[v], fact_losses[BASE]) for v in fact_losses
+  diffs = {v: seed_stats.paired(fact_losses[v], fact_losses[BASE]) for v in fact_losses
            if v != BASE and BASE in fact_losses}
   diffs = {v: d for v, d in diffs.items() if len(d) >= 2}
   verdicts = stats.family_verdicts({v: list(d.values()) for v, d in diffs.items()},
@@ -537,9 +493,9 @@ def analyse(config, workdir: str) -> dict:
   effects = {}
   for name, a, b, what in EFFECTS:
     if a in fact_losses and b in fact_losses:
-      d = paired(fact_losses[a], fact_losses[b])
+      d = seed_stats.paired(fact_losses[a], fact_losses[b])
       if len(d) >= 2:
-        effects[name] = {**difference(d), 'what': what, 'minuend': a, 'subtrahend': b}
+        effects[name] = {**seed_stats.difference(d), 'what': what, 'minuend': a, 'subtrahend': b}
   fact['effects'] = effects
   fact['steps'] = F
   out['factorial'] = fact
@@ -555,12 +511,12 @@ def analyse(config, workdir: str) -> dict:
       s = results.get(r)
       if s is not None and s.get('eval_loss') is not None:
         base_losses[r.seed] = float(s['eval_loss'])
-    d = paired(fact_losses.get(v, {}), base_losses)
+    d = seed_stats.paired(fact_losses.get(v, {}), base_losses)
     if len(d) < 2:
       continue
     v_runs = [results[dataclasses.replace(chosen[(v, F)], seed=s)] for s in fact_losses[v]]
     b_runs = [results[dataclasses.replace(base, steps=steps, seed=s)] for s in base_losses]
-    eq[v] = {**difference(d), 'standard_steps': steps, 'variant_steps': F,
+    eq[v] = {**seed_stats.difference(d), 'standard_steps': steps, 'variant_steps': F,
              'standard_lr': base.lr,
              'flops_ratio': step_flops(config, v) / step_flops(config, BASE),
              'step_time_variant_s': _median([r.get('step_time_median') for r in v_runs]),
@@ -569,14 +525,14 @@ def analyse(config, workdir: str) -> dict:
 
   equivalence = {}
   for name, d in [(f'{v} - standard @ {F}', diffs[v]) for v in diffs] + [
-      (f'shared - standard @ {h}', paired(losses(chosen[('shared', int(h))], int(h)),
+      (f'shared - standard @ {h}', seed_stats.paired(losses(chosen[('shared', int(h))], int(h)),
                                           losses(chosen[(BASE, int(h))], int(h))))
       for h in L.horizons if ('shared', int(h)) in chosen and (BASE, int(h)) in chosen]:
     if len(d) >= 2:
       sd = float(np.std(list(d.values()), ddof=1))
       equivalence[name] = {'seeds': len(d), 'sd_nats': sd,
-                           'smallest_margin': smallest_margin(list(d.values()), alpha),
-                           'seeds_for_margin': seeds_for_margin(sd, margin, alpha)}
+                           'smallest_margin': seed_stats.smallest_margin(list(d.values()), alpha),
+                           'seeds_for_margin': seed_stats.seeds_for_margin(sd, margin, alpha)}
   out['equivalence'] = equivalence
 
   selection = {}

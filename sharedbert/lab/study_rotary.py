@@ -26,9 +26,9 @@ import math
 import os
 
 import numpy as np
-from scipy import stats as sp_stats
 
 from sharedbert.errors import UserError
+from sharedbert.lab import seed_stats
 from sharedbert.lab import study_long
 from sharedbert.lab import study_plan
 from sharedbert.metrics import stats
@@ -274,29 +274,8 @@ def check_design(config) -> None:
 # ---------------------------------------------------------------------------------------
 # Analysis (from the result files and the long study's summary alone).
 
-def t_power(n: int, sd: float, effect: float, alpha: float) -> float | None:
-  """Power of a two-sided one-sample t test at level alpha, n seeds, to find a mean
-  difference `effect` when the per-seed differences have this sd."""
-  if n < 2 or not sd:
-    return None
-  df, nc = n - 1, effect / (sd / math.sqrt(n))
-  crit = sp_stats.t.ppf(1 - alpha / 2, df)
-  power = float(sp_stats.nct.sf(crit, df, nc) + sp_stats.nct.cdf(-crit, df, nc))
-  # Far in the tail scipy's noncentral t returns nan; there the power is 1 to many digits.
-  return power if math.isfinite(power) else float(abs(nc) > crit)
 
 
-def tost_power(n: int, sd: float, margin: float, alpha: float, draws: int = 200_000) -> float | None:
-  """Power of a TOST at level alpha (each one-sided test) to call a true difference of 0
-  equivalent within +-margin, n seeds and this sd: simulated (fixed seed), as the sample
-  mean and sd vary together."""
-  if n < 2 or not sd:
-    return None
-  rng = np.random.default_rng(0)
-  mean = rng.normal(0.0, sd / math.sqrt(n), draws)
-  s = sd * np.sqrt(rng.chisquare(n - 1, draws) / (n - 1))
-  crit = sp_stats.t.ppf(1 - alpha, n - 1)
-  return float(np.mean(np.abs(mean) + crit * s / math.sqrt(n) < margin))
 
 
 def analyse(config, workdir: str) -> dict:
@@ -339,11 +318,11 @@ def analyse(config, workdir: str) -> dict:
   entry = {'delta_nats': None, 'ci_low': None, 'ci_high': None, 'seeds': common,
            'power_at_0.2': None}
   if len(inter) >= 2:
-    d = study_long.difference(inter, 1 - alpha)
+    d = seed_stats.difference(inter, 1 - alpha)
     sd = float(np.std(list(inter.values()), ddof=1))
     test = stats.paired_tests(list(inter.values()), margin)
     entry = {**d, 'sd_nats': sd, 'p': test['p_diff'],
-             'power_at_0.2': t_power(len(inter), sd, EFFECT_SIZE, alpha),
+             'power_at_0.2': seed_stats.t_power(len(inter), sd, EFFECT_SIZE, alpha),
              'answer': answer(d, -1)}
   out['interaction'] = {'rotary': entry}
 
@@ -352,7 +331,7 @@ def analyse(config, workdir: str) -> dict:
   for arm in R.arms:
     base = base_of(arm)
     if base is not None:
-      d = study_long.paired(by_arm[arm], by_arm.get(base, {}))
+      d = seed_stats.paired(by_arm[arm], by_arm.get(base, {}))
       if len(d) >= 2:
         diffs[arm] = d
   verdicts = stats.family_verdicts({a: list(d.values()) for a, d in diffs.items()},
@@ -374,7 +353,7 @@ def analyse(config, workdir: str) -> dict:
   out['factorial'] = fact
 
   # H2-H7, one Holm family, and the descriptive contrasts.
-  eff_diffs = {name: study_long.paired(by_arm.get(a, {}), by_arm.get(b, {}))
+  eff_diffs = {name: seed_stats.paired(by_arm.get(a, {}), by_arm.get(b, {}))
                for _, name, a, b, _, _ in HYPOTHESES}
   eff_diffs = {n: d for n, d in eff_diffs.items() if len(d) >= 2}
   eff_verdicts = stats.family_verdicts({n: list(d.values()) for n, d in eff_diffs.items()},
@@ -385,15 +364,15 @@ def analyse(config, workdir: str) -> dict:
          'predicted': {-1: '< 0', 1: '> 0', None: 'no sign'}[sign]}
     if name in eff_verdicts:
       v = eff_verdicts[name]
-      e.update({**study_long.difference(eff_diffs[name], 1 - alpha),
+      e.update({**seed_stats.difference(eff_diffs[name], 1 - alpha),
                 **{k: v[k] for k in ('verdict', 'p_diff', 'p_diff_holm', 'p_tost',
                                      'p_tost_holm')},
                 'answer': answer(v, sign)})
     effects[name] = e
   for name, a, b in DESCRIPTIVE:
-    d = study_long.paired(by_arm.get(a, {}), by_arm.get(b, {}))
+    d = seed_stats.paired(by_arm.get(a, {}), by_arm.get(b, {}))
     if len(d) >= 2:
-      effects[name] = {**study_long.difference(d, 1 - alpha), 'minuend': a, 'subtrahend': b,
+      effects[name] = {**seed_stats.difference(d, 1 - alpha), 'minuend': a, 'subtrahend': b,
                        'tested': False}
   out['effects'] = effects
 
@@ -404,10 +383,10 @@ def analyse(config, workdir: str) -> dict:
     values = list(d.values())
     sd = float(np.std(values, ddof=1))
     eq[name] = {'seeds': len(values), 'sd_nats': sd, 'family_size': m,
-                'smallest_margin_holm': study_long.smallest_margin(values, alpha / m),
-                'smallest_margin_unadjusted': study_long.smallest_margin(values, alpha),
-                'seeds_for_margin_holm': study_long.seeds_for_margin(sd, margin, alpha / m),
-                'tost_power_at_margin_holm': tost_power(len(values), sd, margin, alpha / m)}
+                'smallest_margin_holm': seed_stats.smallest_margin(values, alpha / m),
+                'smallest_margin_unadjusted': seed_stats.smallest_margin(values, alpha),
+                'seeds_for_margin_holm': seed_stats.seeds_for_margin(sd, margin, alpha / m),
+                'tost_power_at_margin_holm': seed_stats.tost_power(len(values), sd, margin, alpha / m)}
   out['equivalence'] = eq
 
   # Selection: every arm's sweep, its means over the selection seeds, the plateau check.

@@ -447,10 +447,8 @@ class SharedAttention(AttentionBase):
     # Exactly Q = S diag(d_q), K = S diag(d_k), V = S diag(d_v), regrouped so that only one
     # [B,T,N,H] tensor besides S is made: Q K^T / sqrt(H) = (S diag(d_q*d_k/sqrt(H))) S^T,
     # and P V W_o = (P S) diag(d_v) W_o, with diag(d_v) folded into W_o (`__call__`): the
-    # diagonals touch [N,H] and [N,H,D] arrays, never an extra [B,T,N,H] one. On a CPU, not
-    # materialising S*[d_q, d_k, d_v] cut the step's time at D=768 by a tenth; the two folds,
-    # with the erf GELU of models/bert.py, took `shared` at D=256 from 1.02-1.03x to
-    # 1.06-1.08x `standard` (BENCHMARKS.md, issue 18).
+    # diagonals touch [N,H] and [N,H,D] arrays, never an extra [B,T,N,H] one, which is what
+    # makes `shared` cheaper than `standard` per step (docs/benchmarks.md).
     scale = jnp.asarray(1.0 / math.sqrt(self.head_dim), c.dtype)
     if self.rotary:
       # The rotation sits between the diagonals (s_i^T D_q R(j-i) D_k s_j), so d_q and d_k

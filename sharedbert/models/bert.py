@@ -347,7 +347,7 @@ class BertEncoder(nn.Module):
     self.pooler = dense(c, c.hidden_size, ('embed', None), 'pooler')
 
   def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True,
-               return_hidden_states: bool = False, embedding_noise=None):
+               return_hidden_states: bool = False):
     """The encoder on a batch.
 
     Args:
@@ -355,15 +355,11 @@ class BertEncoder(nn.Module):
       input_mask: [B, T], 1 for real tokens and 0 for padding.
       deterministic: no dropout (evaluation).
       return_hidden_states: also return every layer's output.
-      embedding_noise: optional [B,T,D] noise in units of each sequence's embedding std
-        (`add_embedding_noise`; sharedbert.evaluators.robustness); None adds nothing.
     Returns:
       {'sequence_output': [B, T, D], 'pooled_output': [B, D]} and, when asked,
       'hidden_states': L + 1 arrays [B, T, D] (the embeddings' output first).
     """
     x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
-    if embedding_noise is not None:
-      x = add_embedding_noise(x, embedding_noise, input_mask)
     x = nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
     mask = input_mask.astype(bool)[:, None, None, :]      # [B,1,1,S]: keys that are real
     if self.config.causal:                                  # [B,1,T,S]: and not ahead
@@ -392,23 +388,6 @@ class BertEncoder(nn.Module):
   def attend(self, x):
     """Logits over the vocabulary: `x` times the word embedding (the tied MLM decoder)."""
     return self.embeddings.attend(x)
-
-
-def add_embedding_noise(x, noise, input_mask):
-  """x + noise * sigma, where sigma is the std of x over the sequence's real tokens.
-
-  x: the embedding output [B,T,D] (after LayerNorm); noise: [B,T,D], typically
-  level * N(0, 1), so that `level` is the noise std as a fraction of the embeddings' std.
-  sigma is per sequence (all D features of its non-pad tokens), so it does not depend on
-  batching; padding gets no noise. A zero `noise` returns x unchanged, bit for bit.
-  """
-  m = input_mask.astype(jnp.float32)[..., None]
-  xf = x.astype(jnp.float32)
-  count = jnp.maximum(m.sum(axis=(1, 2)) * x.shape[-1], 1.0)
-  mean = (xf * m).sum(axis=(1, 2)) / count
-  var = (jnp.square(xf - mean[:, None, None]) * m).sum(axis=(1, 2)) / count
-  sigma = jnp.sqrt(var)[:, None, None]
-  return (xf + noise.astype(jnp.float32) * sigma * m).astype(x.dtype)
 
 
 def gather_positions(x, positions):
@@ -464,11 +443,9 @@ class BertForSequenceClassification(nn.Module):
   pooling: str = 'cls'
 
   @nn.compact
-  def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True,
-               embedding_noise=None):
+  def __call__(self, input_ids, segment_ids, input_mask, *, deterministic: bool = True):
     out = BertEncoder(self.config, name='bert')(input_ids, segment_ids, input_mask,
-                                                 deterministic=deterministic,
-                                                 embedding_noise=embedding_noise)
+                                                 deterministic=deterministic)
     if self.pooling == 'mean':
       mask = input_mask.astype(out['sequence_output'].dtype)[:, :, None]
       pooled = jnp.sum(out['sequence_output'] * mask, axis=1) / jnp.maximum(

@@ -212,8 +212,8 @@ def fit_epoch(step_fn: Callable, state, arrays: Mapping[str, np.ndarray], *, bat
     state, loss = step_fn(state, batch)
     losses.append(loss)
     if i >= IN_FLIGHT:
-      # At most IN_FLIGHT steps queued: unbounded, the loop queued a whole epoch in
-      # seconds and a signal was seen only when the epoch's losses were read (issue 56).
+      # At most IN_FLIGHT steps queued, so that a signal is seen within a step or two
+      # (unbounded, a whole epoch is queued in seconds and read only at its end).
       losses[i - IN_FLIGHT].block_until_ready()
     if on_step is not None:
       on_step(i + 1, losses)

@@ -156,7 +156,7 @@ def check_fit(config, pretrained: PretrainedRun, tasks, mesh) -> None:
   model_cfg = pretrained.model_config
   if model_cfg.causal and config.pooling == 'cls':
     # [CLS] at position 0 of a causal model attends to itself only: the classifier would see
-    # the same vector for every input (issue 56: 408 MRPC predictions of one class).
+    # the same vector for every input, so it would predict one class.
     raise UserError(f'config.init_from={config.init_from} is a causal model (each token sees '
                     'only those before it), so its [CLS] output is the same for every input; '
                     'set --config.pooling=mean to pool every token\'s output')
