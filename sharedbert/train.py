@@ -103,7 +103,7 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
     saved['position_embeddings'] = position_embeddings_value(
         saved['position_embeddings'])
   variant = attention_lib.VARIANTS[model_cfg.attention]
-  keys += list(variant.config_keys)
+  keys += list(dict.fromkeys(list(variant.config_keys) + list(variant.settings)))
   saved.update(variant.resolved_settings(saved))
   current.update(variant.resolved_settings(current))
   diffs = [f'{k}: checkpoint {saved.get(k)!r} vs config {current.get(k)!r}'

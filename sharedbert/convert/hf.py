@@ -64,6 +64,7 @@ from sharedbert.tasks import classifiers
 from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_from_model,
                                           hf_from_params,
                                   model_config_from_hf, params_from_hf)
+from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
 from sharedbert import config as sb_config
 from sharedbert import pretrain_step
@@ -494,6 +495,9 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
     head_params = all_params['classifier']
   else:
     model_cfg, params, _, step = read_params(workdir, step)
+  model_cfg, params = attention_lib.VARIANTS[model_cfg.attention].export_as(model_cfg, params)
+  if head is not None:
+    head = {**head, 'model': model_cfg.to_dict()}
   custom = custom_code or hf_custom.needs_custom_code(model_cfg, head)
   if custom:
     hf_custom.config_json(model_cfg, head)  # Refuses a variant without PyTorch code.

@@ -62,12 +62,33 @@ class ModelConfig:
   rope_query_phase: float = 0.0        # rotary: phi, queries turned by (i + phi) * w.
   # Probe setting (sharedbert/lab/probe.py); BERT is bidirectional.
   causal: bool = False                 # Token t attends to tokens <= t only.
+  # The settings a variant declares for itself (its class's `settings`: name -> default),
+  # as sorted (name, value) pairs; read as attributes (config.<name>), written flat.
+  variant_settings: tuple = ()
+
+  def __getattr__(self, name: str):
+    # Only reached for names that are not fields: a variant's own setting, or its default.
+    if name.startswith('__') or name == 'variant_settings':
+      raise AttributeError(name)
+    own = dict(self.variant_settings)
+    if name in own:
+      return own[name]
+    declared = getattr(attention_lib.VARIANTS.get(self.attention), 'settings', {})
+    if name in declared:
+      return declared[name]
+    raise AttributeError(f'ModelConfig has no field or {self.attention} setting {name!r}')
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
-    """The ModelConfig of a config's `model` section, checked (validate)."""
+    """The ModelConfig of a config's `model` section, checked (validate). Keys that are not
+    fields must be settings the chosen variant declares (its class's `settings`)."""
     values = dict(model_cfg)
     names = {f.name for f in dataclasses.fields(cls)}
+    variant = attention_lib.VARIANTS.get(values.get('attention', 'standard'))
+    declared = getattr(variant, 'settings', {})
+    own = {k: values.pop(k) for k in list(values) if k not in names and k in declared}
+    if own:
+      values['variant_settings'] = tuple(sorted(own.items()))
     unknown = set(values) - names
     if unknown:
       raise UserError(f'unknown model config keys: {sorted(unknown)}')
@@ -123,10 +144,12 @@ class ModelConfig:
     return None
 
   def to_dict(self) -> dict:
-    """The fields as JSON-ready values (dtypes by name)."""
+    """The fields as JSON-ready values (dtypes by name), a variant's own settings as keys of
+    their own, as a config file writes them."""
     d = dataclasses.asdict(self)
     d['dtype'] = jnp.dtype(self.dtype).name
     d['param_dtype'] = jnp.dtype(self.param_dtype).name
+    d.update(dict(d.pop('variant_settings')))
     return d
 
 
