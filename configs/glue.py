@@ -68,6 +68,13 @@ def get_config(arg=None):
   config.eval.select_best_epoch = False
   config.eval.predict_test = True     # Write test predictions in the GLUE submission format.
 
+  # Evaluators run on each seed's final model (sharedbert/evaluators/common.py), by name,
+  # each with its settings; their results go into the seed's metrics.json under
+  # `evaluators`. None by default; in a config file, e.g.:
+  #   config.evaluators.robustness = ml_collections.ConfigDict(dict(levels=(0.0, 0.2),
+  #                                                                 noise_seeds=2))
+  config.evaluators = ml_collections.ConfigDict()
+
   # The fine-tuned classifier of each seed, kept under W/<task>/seed_<s>/checkpoints/<epoch>
   # (one orbax checkpoint per epoch): the last max_to_keep epochs, or with
   # eval.select_best_epoch the max_to_keep best on dev. 0: keep none.

@@ -25,6 +25,7 @@ import numpy as np
 
 from sharedbert.data import glue
 from sharedbert.errors import UserError
+from sharedbert.evaluators import common
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.tasks import engine
 
@@ -164,3 +165,35 @@ def score(transfer: Transfer, source_outputs: np.ndarray, target_labels: np.ndar
           'majority_score': float(np.mean(list(baseline.values()))),
           'n': int(len(gold)), 'positive_rate': float(np.mean(gold == 1)),
           'predicted_positive_rate': float(np.mean(preds == 1))}
+
+
+@common.register('crossdomain')
+class CrossDomain:
+  """A task run's classifier scored on the targets of `pairs` ('source->target') whose
+  source is its task, each target tokenized as the source task's inputs, with the label
+  mapping of TRANSFERS; {} when none has this source."""
+
+  def __init__(self, run, *, pairs: tuple[str, ...] = (), glue_dir: str = '',
+               tfds_data_dir: str = '', max_target_examples: int = 0,
+               stsb_threshold: float = 4.0):
+    self.threshold = float(stsb_threshold)
+    self.predict = run.predict
+    self.transfers = []
+    for pair in pairs:
+      t = get_transfer(pair)
+      if t.source != run.spec.name:
+        continue
+      examples = load_target_examples(t, glue_dir=glue_dir or None,
+                                      tfds_data_dir=tfds_data_dir or None,
+                                      max_examples=int(max_target_examples))
+      labels = np.asarray([ex.label for ex in examples], np.float64)
+      self.transfers.append((t, run.featurize(examples), labels))
+
+  def run(self, params) -> dict:
+    """{transfer name: `score` of the classifier at `params`, with its label mapping}."""
+    out = {}
+    for t, feats, labels in self.transfers:
+      entry = score(t, self.predict(params, feats), labels, self.threshold)
+      entry['mapping'] = describe(t, self.threshold)
+      out[t.name] = entry
+    return out

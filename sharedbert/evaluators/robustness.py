@@ -25,6 +25,7 @@ fine-tuning seed).
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 import flax.linen as nn
@@ -32,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sharedbert.evaluators import common
+from sharedbert.metrics import glue as glue_metrics
 from sharedbert.models import bert
 from sharedbert.tasks import engine
 
@@ -127,3 +130,37 @@ def evaluate(predict, params, batches: Sequence[dict], score_fn: ScoreFn,
                    for s in noise_seeds])
   return {'levels': [float(l) for l in levels], 'noise_seeds': [int(s) for s in noise_seeds],
           'scores': scores, 'mean': [float(np.mean(row)) for row in scores]}
+
+
+@common.register('robustness')
+class Robustness:
+  """The first dev split's score at every noise level and noise seed (`evaluate`), for a
+  task run; `tasks` (names), when given, limits it to those tasks (None for the others)."""
+
+  def __init__(self, run, *, levels: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4),
+               noise_seeds: int = 3, eval_batch_size: int = 128, tasks: Sequence[str] = ()):
+    spec = run.spec
+    self.applies = not tasks or spec.name in tuple(tasks)
+    if not self.applies:
+      return
+    dev = run.features[spec.dev_splits[0]]
+
+    def task_score(logits, labels=dev.labels):
+      preds = logits[:, 0] if spec.is_regression else np.argmax(logits, axis=-1)
+      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, labels))
+
+    self.task_score = task_score
+    self.predict = make_noisy_predict(run.model)
+    self.batches = make_batches(dev.input_ids, dev.segment_ids, int(eval_batch_size))
+    self.levels = list(levels)
+    self.noise_seeds = list(range(int(noise_seeds)))
+
+  def run(self, params) -> dict | None:
+    """`evaluate` at the seed's `params`, with its wall time; None for another task."""
+    if not self.applies:
+      return None
+    t0 = time.time()
+    out = evaluate(self.predict, params, self.batches, self.task_score, self.levels,
+                   self.noise_seeds)
+    out['wall_s'] = round(time.time() - t0, 2)
+    return out

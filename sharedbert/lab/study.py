@@ -65,8 +65,7 @@ from sharedbert import train as train_lib
 from sharedbert.config import checks as config_checks
 from sharedbert.config import validation
 from sharedbert.data import sources
-from sharedbert.evaluators import crossdomain
-from sharedbert.evaluators import robustness
+from sharedbert.evaluators import common as evaluators_lib
 from sharedbert.lab import study_linear
 from sharedbert.lab import study_long
 from sharedbert.lab import study_long_report
@@ -75,8 +74,6 @@ from sharedbert.lab import study_rotary_report
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert.lab import study_report
-from sharedbert.metrics import glue as glue_metrics
-from sharedbert.tasks import engine
 from sharedbert.tasks import finetune
 from sharedbert.tasks import glue_task
 from sharedbert.tasks import pretrained as pretrained_lib
@@ -185,37 +182,20 @@ def _glue_dir(workdir: str, row: str) -> str:
 
 
 def _evaluators(config, run, task: str) -> dict:
-  """What each fine-tuned model of `run` is scored on besides GLUE: the noisy dev set
-  (robustness.tasks) and the cross-domain targets whose source is `task`."""
-  spec = run.spec
-  out = {'robustness': None, 'transfers': []}
-  rob = config.robustness
-  if task in tuple(rob.tasks):
-    dev = run.features[spec.dev_splits[0]]
-
-    def task_score(logits, labels=dev.labels):
-      preds = logits[:, 0] if spec.is_regression else np.argmax(logits, axis=-1)
-      return glue_metrics.task_score(spec, glue_metrics.task_metrics(spec, preds, labels))
-
-    out['robustness'] = dict(
-        noisy_predict=robustness.make_noisy_predict(run.model),
-        batches=robustness.make_batches(dev.input_ids, dev.segment_ids,
-                                        int(rob.eval_batch_size)),
-        task_score=task_score, levels=list(rob.levels),
-        noise_seeds=list(range(int(rob.noise_seeds))))
+  """What each fine-tuned model of `run` is scored on besides GLUE, by name
+  (sharedbert/evaluators/common.py): the noisy dev set (robustness.tasks) and the
+  cross-domain targets whose source is `task`."""
+  rob, cross = config.robustness, config.crossdomain
   glue_dir, tfds_dir = _glue_source(config)
-  seq_len = run.config.data.seq_len
-  for t in _transfers_from(config, task):
-    examples = crossdomain.load_target_examples(
-        t, glue_dir=glue_dir, tfds_data_dir=config.crossdomain.tfds_data_dir or tfds_dir,
-        max_examples=int(config.crossdomain.max_target_examples))
-    # Tokenized as the source task's inputs; the labels are read from the examples.
-    feats = glue_task.featurize(examples, run.pretrained.tokenizer, seq_len, spec)
-    feats = feats.crop(engine.padded_width(feats.lengths, seq_len))
-    labels = np.asarray([ex.label for ex in examples], np.float64)
-    out['transfers'].append((t, feats, labels))
-  out['threshold'] = float(config.crossdomain.stsb_threshold)
-  return out
+  return {
+      'robustness': evaluators_lib.from_config(
+          'robustness', run, levels=list(rob.levels), noise_seeds=int(rob.noise_seeds),
+          eval_batch_size=int(rob.eval_batch_size), tasks=tuple(rob.tasks)),
+      'crossdomain': evaluators_lib.from_config(
+          'crossdomain', run, pairs=[t.name for t in _transfers_from(config, task)],
+          glue_dir=glue_dir or '', tfds_data_dir=cross.tfds_data_dir or tfds_dir or '',
+          max_target_examples=int(cross.max_target_examples),
+          stsb_threshold=float(cross.stsb_threshold))}
 
 
 def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
@@ -245,19 +225,10 @@ def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
       'epoch_time_s': [e['time_s'] for e in record['epochs']],
       'finetune_wall_s': round(finetune_s, 2), 'pretrained_step': run.pretrained_step,
   }
-  rob = evaluators['robustness']
-  if rob:
-    t_rob = time.time()
-    result['robustness'] = robustness.evaluate(rob['noisy_predict'], params, rob['batches'],
-                                               rob['task_score'], rob['levels'],
-                                               rob['noise_seeds'])
-    result['robustness']['wall_s'] = round(time.time() - t_rob, 2)
-  result['crossdomain'] = {}
-  threshold = evaluators['threshold']
-  for t, feats, labels in evaluators['transfers']:
-    entry = crossdomain.score(t, run.predict(params, feats), labels, threshold)
-    entry['mapping'] = crossdomain.describe(t, threshold)
-    result['crossdomain'][t.name] = entry
+  for name, evaluator in evaluators.items():
+    out = evaluator.run(params)
+    if out is not None:
+      result[name] = out
   return result
 
 

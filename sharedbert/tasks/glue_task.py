@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from sharedbert import checkpoint as checkpoint_lib
 from sharedbert import interrupts
+from sharedbert.evaluators import common as evaluators_lib
 from sharedbert.tasks import classifiers
 from sharedbert.tasks import glue_report
 from sharedbert.utils import jsonio
@@ -184,6 +185,9 @@ class TaskRun:
     self.init_state, self.step_fn, self.predict_fn = (steps.init_state, steps.step_fn,
                                                       steps.predict_fn)
     self.timer = engine.StepTimer()  # Shared by the seeds: only the first step compiles.
+    # config.evaluators: name -> settings (sharedbert/evaluators/common.py).
+    self.evaluators = {name: evaluators_lib.from_config(name, self, **dict(settings))
+                       for name, settings in config.get('evaluators', {}).items()}
 
   def from_scratch(self, config, workdir: str) -> 'TaskRun':
     """This run's data, model and compiled steps, with the encoder initialized at random
@@ -196,6 +200,12 @@ class TaskRun:
     other.config, other.workdir = config, workdir
     other.encoder_params, other.pretrained_step = None, None
     return other
+
+  def featurize(self, examples) -> Features:
+    """Examples tokenized as this task's inputs, padded to their longest row."""
+    d = self.config.data
+    feats = featurize(examples, self.pretrained.tokenizer, d.seq_len, self.spec)
+    return feats.crop(engine.padded_width(feats.lengths, d.seq_len))
 
   def predict(self, params, features: Features) -> np.ndarray:
     """Logits [n, num_labels] (float32) for every row of `features` (engine.predict:
@@ -253,6 +263,8 @@ class TaskRun:
           'glue_dir': c.data.glue_dir, 'tfds_data_dir': c.data.tfds_data_dir}
     if c.pooling != 'cls':  # Absent for BERT's pooler, so that earlier results stay valid.
       fp['pooling'] = c.pooling
+    if c.get('evaluators'):  # Absent when none run, likewise.
+      fp['evaluators'] = c.evaluators.to_dict()
     return json.loads(json.dumps(fp))
 
   def seed_dir(self, seed: int) -> str:
@@ -325,6 +337,9 @@ class TaskRun:
                               'predictions_file': _dev_predictions_name(spec, split)}
     test_predictions = {s: _predictions(spec, self.predict(params, self.features[s]))
                         for s in self.test_splits}
+    if self.evaluators:
+      results = {name: ev.run(params) for name, ev in self.evaluators.items()}
+      record['evaluators'] = {name: r for name, r in results.items() if r is not None}
     interrupts.check('finished seeds are kept; the interrupted one starts over')
     if is_chief:
       self._write_seed(seed_dir, record, dev, test_predictions)

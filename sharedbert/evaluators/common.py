@@ -1,0 +1,57 @@
+"""Evaluators of fine-tuned models, chosen by name from a config.
+
+An evaluator scores a fine-tuned classifier beyond its own dev set. It is made once per task
+run, `from_config(name, run, **settings)`, and asked once per fine-tuning seed,
+`evaluator.run(params) -> dict | None` (None: nothing to report for this task). `run` is the
+task's `sharedbert.tasks.glue_task.TaskRun`: its `spec`, `features`, `model`, `predict(params,
+features)` and `pretrained.tokenizer`. GLUE fine-tuning runs the evaluators named in
+`config.evaluators` (a name, then its settings: `config.evaluators.robustness.levels`) and
+stores their results in each seed's metrics.json under `evaluators`; the study runs
+`robustness` and `crossdomain` the same way.
+
+A new evaluator is one class with `register`:
+
+    @common.register('logit_norm')
+    class LogitNorm:
+      def __init__(self, run, split='dev'):
+        self.run_, self.split = run, split
+      def run(self, params):
+        logits = self.run_.predict(params, self.run_.features[self.split])
+        return {'mean_norm': float(np.linalg.norm(logits, axis=-1).mean())}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sharedbert.errors import UserError
+
+
+class Evaluator(Protocol):
+  """What an evaluator offers: made with (run, **settings), asked with the seed's params."""
+
+  def run(self, params) -> dict | None:
+    """The scores of the classifier with these parameters (None: nothing for this task)."""
+
+
+EVALUATORS: dict[str, Any] = {}
+
+
+def register(name: str):
+  """A class decorator that adds an evaluator to EVALUATORS under `name`."""
+  def wrap(cls):
+    EVALUATORS[name] = cls
+    return cls
+  return wrap
+
+
+def from_config(name: str, run, **settings) -> Evaluator:
+  """The evaluator `name`, made for a task run with its settings (a UserError naming the
+  known evaluators, or the setting it does not take)."""
+  if name not in EVALUATORS:
+    raise UserError(f'unknown evaluator {name!r} (config.evaluators); known: '
+                    f'{", ".join(sorted(EVALUATORS))}')
+  try:
+    return EVALUATORS[name](run, **settings)
+  except TypeError as e:
+    raise UserError(f'config.evaluators.{name}: {e}') from None
