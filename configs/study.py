@@ -386,6 +386,11 @@ def rotary_config(preset: str, args: dict) -> ml_collections.ConfigDict:
   R.reuse_arms = ('standard', 'symmetric', 'kv_shared')
   R.reuse_check = ('standard', 4e-3, 100)
   R.reuse_tolerance = 1e-6
+  # The long study's 1,000-step point re-read (issue 54): standard at another rate, its
+  # verdict seeds, beside the long study's 4e-3 (summary.json `reread`).
+  R.reread_steps = 1000
+  R.reread_lrs = (2e-3,)
+  R.reread_seeds = 3
   R.preregistered_file = 'docs/study_cpu_rotary/PREREGISTERED.md'
   R.preregistered_commit = '9ff81fb01f57e1e0fb19f931107244529a40a32c'
   return config

@@ -202,7 +202,7 @@ def test_analysis_of_a_finished_study_against_hand_computed_figures(tmp_path):
   config = _config(reuse_summary='')
   _fabricate(tmp_path, config)
   s = study_rotary.analyse(config, str(tmp_path))
-  assert s['runs_left'] == 0 and s['runs_finished'] == 12 * 6 + 4 * 8 + 8 * 4
+  assert s['runs_left'] == 0 and s['runs_finished'] == 12 * 6 + 4 * 8 + 8 * 4 + 3  # + re-read
   assert s['selection_seeds'] == [100, 101]
   i = s['interaction']['rotary']
   per_seed = [-0.3 + 0.01 * k * (-1) ** k for k in range(8)]
@@ -247,7 +247,7 @@ def test_the_report_of_a_study_that_has_only_begun(tmp_path):
   config = _config(reuse_summary='')
   s = study_rotary.analyse(config, str(tmp_path))
   report = study_rotary_report.render(s)
-  assert 'Not answered yet' in report and 'Partial' in report and s['runs_left'] == 136
+  assert 'Not answered yet' in report and 'Partial' in report and s['runs_left'] == 139
 
 
 def test_toy_study_end_to_end_with_reuse_and_resume(tmp_path):
@@ -258,7 +258,7 @@ def test_toy_study_end_to_end_with_reuse_and_resume(tmp_path):
   config = _config(arms=('standard', 'standard+rotary', 'shared+rotary'),
                    headline_arms=('standard',), steps=4, lrs=(1e-3,), max_widen=0,
                    seeds=2, headline_seeds=2, reuse_arms=('standard',),
-                   reuse_check=('standard', 1e-3, 100))
+                   reuse_check=('standard', 1e-3, 100), reread_seeds=0)
   config.long.checkpoint_every_steps = 4
   config.pretrain.workers = 1
   config.long.evals_per_run = 2
@@ -301,3 +301,25 @@ def test_toy_study_end_to_end_with_reuse_and_resume(tmp_path):
   study.run_study(config, workdir)  # Resumes: nothing retrains.
   assert os.path.getmtime(os.path.join(study_long.run_dir(workdir, check),
                                        'study_done.json')) == stamp
+
+
+def test_the_1000_step_point_is_re_read_at_another_rate_beside_the_long_study(tmp_path):
+  path = str(tmp_path / 'long.json')
+  jsonio.write_json(path, {
+      'selection_seed': 100, 'selection': {'standard@2000': {'losses': {'0.004': 3.98}}},
+      'horizon': {
+      'standard': {'1000': {'lr': 4e-3, 'seeds': [0, 1, 2], 'losses': [5.1, 5.2, 5.3]}},
+      'shared': {'1000': {'lr': 4e-3, 'init': 'normal', 'seeds': [0, 1, 2],
+                          'losses': [5.0, 5.3, 5.3]}}}})
+  config = _config(reuse_summary=path)
+  runs = study_rotary.reread_runs(config)
+  assert runs == [LongRun('standard', 1000, 2e-3, s, NA) for s in (0, 1, 2)]
+  ready, _, _ = study_rotary.plan(config, {})
+  assert ready[1:4] == runs  # Right after the reuse check: they are short.
+  trained = {r: {'eval_loss': x} for r, x in zip(runs, (4.7, 4.9, 4.9))}
+  s = study_rotary.reread_summary(config, trained)
+  assert s['long_losses'] == {'0': 5.1, '1': 5.2, '2': 5.3}
+  assert s['gap_at_long_lr']['per_seed'] == pytest.approx([-0.1, 0.1, 0.0])
+  assert s['rates']['0.002']['losses'] == {'0': 4.7, '1': 4.9, '2': 4.9}
+  assert s['rates']['0.002']['gap']['per_seed'] == pytest.approx([0.3, 0.4, 0.4])
+  assert s['rates']['0.002']['gap']['delta_nats'] == pytest.approx(1.1 / 3)

@@ -224,6 +224,7 @@ def plan(config, results: dict) -> tuple[list[LongRun], dict, int]:
   check = check_run(config)
   if check is not None and check not in results:
     ready.append(check)
+  ready += reread_runs(config)
   for arm in config.rotary.arms:
     lr, needed = settle(config, results, arm)
     ready += needed
@@ -234,8 +235,52 @@ def plan(config, results: dict) -> tuple[list[LongRun], dict, int]:
     ready += [dataclasses.replace(chosen[arm], seed=s) for s in verdict_seeds(config, arm)]
   selection = {int(s) for s in config.rotary.selection_seeds}
   ready = [r for r in dict.fromkeys(ready) if r not in results]
-  ready.sort(key=lambda r: (r != check, r.seed not in selection, r))
+  reread = set(reread_runs(config))
+  ready.sort(key=lambda r: (r != check, r not in reread, r.seed not in selection, r))
   return ready, chosen, len(ready) + waiting
+
+
+def reread_runs(config) -> list[LongRun]:
+  """`standard` at `rotary.reread_steps` with the rates `rotary.reread_lrs`, verdict seeds
+  0..reread_seeds-1: the long study's shortest horizon read at another rate."""
+  R = config.rotary
+  if not int(R.get('reread_seeds', 0)):
+    return []
+  return [LongRun(BASE, int(R.reread_steps), float(lr), s, NO_INIT)
+          for lr in R.reread_lrs for s in range(int(R.reread_seeds))]
+
+
+def reread_summary(config, trained: dict) -> dict | None:
+  """summary.json's `reread`: standard's losses at each re-read rate beside the long study's
+  chosen rate at that horizon, and shared's gap (the long study's shared runs) at both."""
+  runs = reread_runs(config)
+  path = _reuse_path(config)
+  if not runs or not path or not os.path.isfile(path):
+    return None
+  long = jsonio.read_json(path)
+  steps = str(int(config.rotary.reread_steps))
+  base = long.get('horizon', {}).get(BASE, {}).get(steps)
+  shared = long.get('horizon', {}).get('shared', {}).get(steps)
+  if not base or not shared:
+    return None
+  shared_by_seed = dict(zip(shared['seeds'], shared['losses']))
+  out = {'steps': int(steps), 'long_lr': base['lr'],
+         'long_losses': dict(zip((str(s) for s in base['seeds']), base['losses'])),
+         'shared_long': {'lr': shared['lr'], 'init': shared.get('init'),
+                         'losses': {str(s): x for s, x in shared_by_seed.items()}},
+         'gap_at_long_lr': seed_stats.difference(
+             {s: shared_by_seed[s] - x for s, x in zip(base['seeds'], base['losses'])
+              if s in shared_by_seed}),
+         'rates': {}}
+  for lr in config.rotary.reread_lrs:
+    here = {r.seed: float(trained[r]['eval_loss']) for r in runs
+            if r.lr == float(lr) and r in trained and trained[r].get('eval_loss') is not None}
+    entry = {'losses': {str(s): x for s, x in sorted(here.items())}}
+    gaps = {s: shared_by_seed[s] - x for s, x in here.items() if s in shared_by_seed}
+    if len(gaps) >= 2:
+      entry['gap'] = seed_stats.difference(gaps)
+    out['rates'][f'{float(lr):g}'] = entry
+  return out
 
 
 def every_run(config) -> list[LongRun]:
@@ -420,6 +465,7 @@ def analyse(config, workdir: str) -> dict:
                           and all(n['left_plateau'] for n in neighbours.values()))}
   out['selection'] = selection
   out['plateau_nats'] = plateau
+  out['reread'] = reread_summary(config, trained)
   out['curves'] = {f'{r.variant}/seed{r.seed}': s.get('eval_curve')
                    for r, s in sorted(trained.items())
                    if r.seed not in out['selection_seeds'] and s.get('eval_curve')}
