@@ -295,6 +295,9 @@ def long_config(preset: str, args: dict) -> ml_collections.ConfigDict:
   L.selection_seed = 100              # Chooses rates and inits; never a verdict seed.
   L.evals_per_run = 10                # Held-out evaluations along each run.
   L.checkpoint_every_steps = 500
+  # A sweep's chosen rate counts as bracketed only if the runs at both its neighbours left
+  # the early plateau: a final loss below this (runs that stayed on it ended at 5.1-6.0).
+  L.plateau_nats = 5.0
   if preset == 'cpu_long':
     # ---- Sizing: every key that sets what the cpu_long study costs, in this one block. ----
     # The cpu study's recipe (tiny model, L=2, D=128, budget recipe, rows of 32 tokens,
@@ -378,8 +381,8 @@ def rotary_config(preset: str, args: dict) -> ml_collections.ConfigDict:
   R.headline_seeds = 8                # and 0..7 for the headline's arms (power 0.88 at 0.2).
   # ---- End of sizing. ----
   # A selection run at a neighbour of the chosen rate "left the plateau" when its mean final
-  # loss is below this: the long study's runs that stayed on it ended at 5.1-6.0 nats.
-  R.plateau_nats = 5.0
+  # loss is below this (long.plateau_nats).
+  R.plateau_nats = config.long.plateau_nats
   # The long study's identical runs (learned positions, the same recipe, vocabulary and
   # seeds), used once the check run trained here matches its recorded loss.
   R.reuse_summary = 'docs/study_cpu_long/summary.json'

@@ -120,6 +120,25 @@ def test_plan_waits_for_sweeps_and_runs_shortest_first():
   assert left > len(ready)                  # Verdict and equal-FLOPs runs wait.
 
 
+def test_lack_of_fit_against_the_long_studys_own_figures():
+  # The long study's per-seed gaps (docs/study_cpu_long/summary.json): the review's
+  # F(1, 5) = 16.6, p = 0.010.
+  tokens = {1: 2_048_000, 2: 4_096_000, 4: 8_192_000}
+  gaps = {1: [0.012483555213416153, -0.05015822674225401, -0.0037778104285237646],
+          2: [0.5121919497169565, 0.3474628390631933, 0.5524051754007534],
+          4: [0.45792410281696567, 0.5386987632611125]}
+  pts = [(tokens[k], g) for k, v in gaps.items() for g in v]
+  lof = seed_stats.lack_of_fit(pts)
+  assert (lof['df_lack'], lof['df_pure']) == (1, 5)
+  assert lof['F'] == pytest.approx(16.6, abs=0.05) and lof['p'] == pytest.approx(0.010, abs=5e-4)
+  assert seed_stats.trend(pts)['direction'] == 'no line'
+  # An exact line with scatter at each x passes (F near 0).
+  line = [(2 ** k, 0.1 * k + e) for k in (10, 11, 12) for e in (-0.05, 0.05)]
+  assert seed_stats.lack_of_fit(line)['F'] == pytest.approx(0.0, abs=1e-9)
+  assert seed_stats.trend(line)['line_fits']
+  assert seed_stats.lack_of_fit([(1, 0.0), (2, 1.0), (4, 0.5)]) is None  # No replicates.
+
+
 def test_trend_of_an_exact_line_and_of_noise():
   pts = [(2 ** k, 0.5 - 0.1 * k) for k in (10, 11, 12, 13)]
   fit = seed_stats.trend(pts)
@@ -159,7 +178,7 @@ def _fabricate_finished_study(workdir, config):
       break
     for r in ready:
       if r.seed == 100:  # Selection: 2e-3 best for everyone, signs best for shared.
-        loss = 6.0 + abs(math.log2(r.lr / 2e-3)) * 0.1 + (r.init == 'normal') * 0.05
+        loss = 4.5 + abs(math.log2(r.lr / 2e-3)) * 0.1 + (r.init == 'normal') * 0.05
       elif r.variant == 'standard' and r.steps not in gap:  # The equal-FLOPs runs.
         loss = 4.0 + r.seed / 10 + 0.02
       else:
@@ -188,7 +207,13 @@ def test_analysis_of_a_finished_plan_against_hand_computed_effects(tmp_path):
       entry = s['horizon'][v][str(h)]
       assert set(entry) >= {'loss_mean', 'seeds', 'lr'} and entry['lr'] == 2e-3
       seeds_used |= set(entry['seeds'])
-  assert s['horizon']['trend']['direction'] == 'shrinks'
+  # 0.4, 0.3, 0.1: not a line in log-tokens, and the seeds' scatter is tiny: the line fails
+  # its lack-of-fit test, and the shape is told by the changes from horizon to horizon.
+  trend = s['horizon']['trend']
+  assert trend['direction'] == 'no line' and trend['lack_of_fit']['p'] < 0.05
+  changes = s['horizon']['changes']
+  assert changes['10->20']['per_seed'] == pytest.approx([-0.1] * 3)
+  assert changes['20->40']['per_seed'] == pytest.approx([-0.2] * 2)
   # Factorial effects (differences of the offsets; shared carries 0.01*seed).
   f = s['factorial']
   expect = {'tie_qk': 0.3, 'tie_kv': 0.1, 'tie_qkv': 0.5, 'diagonals': -0.2 + 0.01,
@@ -197,6 +222,9 @@ def test_analysis_of_a_finished_plan_against_hand_computed_effects(tmp_path):
     assert f['effects'][name]['delta_nats'] == pytest.approx(value), name
     assert set(f['effects'][name]) >= {'delta_nats', 'ci_low', 'ci_high'}
   assert f['effects']['tie_qk']['ci_low'] == pytest.approx(0.3)  # No spread: a point.
+  # K = V on top of Q = K: single - symmetric; the ties' interaction: 0.5 - 0.3 - 0.1.
+  assert f['effects']['tie_kv_given_qk']['delta_nats'] == pytest.approx(0.2)
+  assert f['effects']['tie_interaction']['delta_nats'] == pytest.approx(0.1)
   assert f['effects']['diagonals']['per_seed'] == pytest.approx([-0.2, -0.19, -0.18])
   for v in ('symmetric', 'pairwise', 'kv_shared', 'single', 'shared'):
     assert set(f[v]) >= {'delta_nats', 'ci_low', 'ci_high', 'verdict', 'seeds', 'lr'}
@@ -214,9 +242,10 @@ def test_analysis_of_a_finished_plan_against_hand_computed_effects(tmp_path):
   path = study_long_report.write_report(config, str(tmp_path))
   text = open(path).read()
   assert text.index('horizon.png') < text.index('| variant | lr | seeds |')
-  assert 'shrinks' in text and os.path.exists(tmp_path / 'horizon.png')
-  assert 'not independent and the interval is, if anything, too narrow' in text
-  assert 'tying Q, K and V' in text
+  assert 'fails its lack-of-fit test' in text and os.path.exists(tmp_path / 'horizon.png')
+  assert '-0.100 [-0.100, -0.100] from' in text  # The change from 10 to 20 steps.
+  assert 'Tying Q, K and V costs' in text and 'bookkeeping, not a finding' in text
+  assert 'The ties do not add' in text
   assert jsonio.read_json(tmp_path / 'summary.json')['factorial']['effects']
 
 
@@ -296,28 +325,28 @@ def test_device_script_runs_the_gpu_long_preset_and_refuses_without_a_gpu():
   assert out.returncode != 0 and 'no GPU visible' in out.stderr
 
 
-def test_the_factorial_names_the_costliest_change_only_once_all_are_in():
+def test_the_factorial_sentence_names_no_carrier_and_says_what_it_cannot_separate():
   def summary(**deltas):
     effects = {k: {'delta_nats': d, 'ci_low': d - 0.1, 'ci_high': d + 0.1}
                for k, d in deltas.items()}
-    return {'factorial': {'steps': 2000, 'effects': effects, 'shared': {'delta_nats': 0.47}}}
-  # As at 58 runs of the cpu_long study: symmetric (tie_qk) not yet in.
-  text = study_long_report.factorial_sentence(summary(tie_kv=0.03, tie_qkv=0.91,
-                                                      diagonals=-0.44))
-  assert 'named once tie_qk, tie_kv and diagonals are in' in text and '**' not in text
-  # The diagonals are the largest in size but win loss back: the carrier is Q = K.
+    return {'factorial': {'steps': 2000, 'effects': effects,
+                          'shared': {'delta_nats': 0.47, 'ci_low': 0.2, 'ci_high': 0.74}}}
+  s = summary(tie_qk=0.561, tie_kv=0.031, tie_qkv=0.912, diagonals=-0.441,
+              tie_kv_given_qk=0.350, tie_interaction=0.320)
+  s['attention'] = {'symmetric': {'trained': {'self_share': 0.388}},
+                    'shared': {'trained': {'self_share': 0.074}}}
+  text = study_long_report.factorial_sentence(s)
+  assert 'carries' not in text and 'costs the most' not in text and '**' not in text
+  assert 'bookkeeping, not a finding' in text
+  assert ('The ties do not add: K = V on top of Q = K (single − symmetric) costs +0.350 '
+          '[+0.250, +0.450]; their interaction is +0.320 [+0.220, +0.420].') in text
+  assert '0.388 in symmetric, 0.074 in shared' in text and '`shared_qk` cell' in text
+  # Without the derived effects or the attention statistics, those sentences are left out.
   text = study_long_report.factorial_sentence(summary(tie_qk=0.6, tie_kv=0.03, tie_qkv=0.91,
                                                       diagonals=-0.9))
-  assert 'costs the most: **tying Q and K (Q = K)** (tie_qk, +0.600 nats).' in text
-  # As at 61 runs: every seed loses loss to Q = K, but 3 seeds' interval includes 0.
-  s = summary(tie_qk=0.561, tie_kv=0.03, tie_qkv=0.91, diagonals=-0.44)
-  s['factorial']['effects']['tie_qk'].update(ci_low=-0.033, per_seed=[0.621, 0.298, 0.765])
-  text = study_long_report.factorial_sentence(s)
-  assert ('costs the most: **tying Q and K (Q = K)** (tie_qk, +0.561 nats), though its 95% '
-          'interval includes 0 at 3 seeds (it costs loss in 3 of them).') in text
-  text = study_long_report.factorial_sentence(summary(tie_qk=-0.1, tie_kv=0.0, tie_qkv=0.2,
-                                                      diagonals=-0.3))
-  assert 'None of tie_qk, tie_kv and diagonals costs loss' in text
+  assert 'do not add' not in text and 'favours itself' not in text
+  assert study_long_report.factorial_sentence(summary(tie_kv=0.03)).startswith(
+      'The factorial is not finished')
 
 
 def test_the_report_says_plainly_whether_equivalence_is_reachable():

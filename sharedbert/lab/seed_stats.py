@@ -43,9 +43,38 @@ def trend(points: list[tuple[float, float]], confidence: float = 0.95) -> dict |
   se = math.sqrt(float(resid @ resid) / dof / float(((x - x.mean()) ** 2).sum())) if dof else math.nan
   half = float(sp_stats.t.ppf(0.5 + confidence / 2, dof)) * se if dof else math.nan
   low, high = float(slope) - half, float(slope) + half
-  direction = 'shrinks' if high < 0 else 'grows' if low > 0 else 'undecided'
+  lof = lack_of_fit(points)
+  line_fits = lof is None or lof['p'] >= 1 - confidence
+  # A direction only for a line the data do not reject: otherwise the shape is told in
+  # words, interval by interval (the report's horizon sentence).
+  direction = ('no line' if not line_fits else 'shrinks' if high < 0 else 'grows' if low > 0
+               else 'undecided')
   return {'slope_per_doubling': float(slope), 'ci_low': low, 'ci_high': high,
-          'intercept': float(intercept), 'points': len(x), 'direction': direction}
+          'intercept': float(intercept), 'points': len(x), 'direction': direction,
+          'lack_of_fit': lof, 'line_fits': line_fits}
+
+
+def lack_of_fit(points: list[tuple[float, float]]) -> dict | None:
+  """The F test of a straight line in log2(x) against the means at each x (pure error from
+  the replicates at each x): F = (SS_lack / (groups - 2)) / (SS_pure / (n - groups)). None
+  without replicates or with fewer than three x values."""
+  groups: dict[float, list[float]] = {}
+  for x, y in points:
+    groups.setdefault(float(x), []).append(float(y))
+  n, k = len(points), len(groups)
+  if k < 3 or n - k < 1:
+    return None
+  x = np.log2(np.asarray([p[0] for p in points], np.float64))
+  y = np.asarray([p[1] for p in points], np.float64)
+  slope, intercept = np.polyfit(x, y, 1)
+  ss_resid = float(np.sum((y - (slope * x + intercept)) ** 2))
+  ss_pure = float(sum(np.sum((np.asarray(v) - np.mean(v)) ** 2) for v in groups.values()))
+  df_lack, df_pure = k - 2, n - k
+  if ss_pure == 0:
+    return {'F': math.inf, 'df_lack': df_lack, 'df_pure': df_pure, 'p': 0.0}
+  f = ((ss_resid - ss_pure) / df_lack) / (ss_pure / df_pure)
+  return {'F': float(f), 'df_lack': df_lack, 'df_pure': df_pure,
+          'p': float(sp_stats.f.sf(f, df_lack, df_pure))}
 
 
 def smallest_margin(diffs: list[float], alpha: float) -> float | None:
@@ -82,10 +111,25 @@ def tost_power(n: int, sd: float, margin: float, alpha: float, draws: int = 200_
   """Power of a TOST at level alpha (each one-sided test) to call a true difference of 0
   equivalent within +-margin, n seeds and this sd: simulated (fixed seed), as the sample
   mean and sd vary together."""
-  if n < 2 or not sd:
+  if n < 2:
     return None
+  if not sd:  # Identical differences at the true mean 0: always inside the margin.
+    return 1.0
   rng = np.random.default_rng(0)
   mean = rng.normal(0.0, sd / math.sqrt(n), draws)
   s = sd * np.sqrt(rng.chisquare(n - 1, draws) / (n - 1))
   crit = sp_stats.t.ppf(1 - alpha, n - 1)
   return float(np.mean(np.abs(mean) + crit * s / math.sqrt(n) < margin))
+
+
+def seeds_for_tost_power(sd: float, margin: float, alpha: float, power: float = 0.8,
+                         limit: int = 100) -> int | None:
+  """Seeds for a TOST at +-margin to pass with probability `power` when the true difference
+  is 0 (tost_power); None: more than `limit`."""
+  start = seeds_for_margin(sd, margin, alpha, limit)
+  if start is None:
+    return None
+  for n in range(start, limit + 1):
+    if tost_power(n, sd, margin, alpha, draws=50_000) >= power:
+      return n
+  return None

@@ -48,6 +48,16 @@ def horizon_sentence(summary: dict) -> str:
            f'{fit["points"]} per-seed points')
   caveat = (' The points share seeds across horizons, so they are not independent and the '
             'interval is, if anything, too narrow; read the line beside the gap at each horizon.')
+  if not fit.get('line_fits', True):
+    lof = fit['lack_of_fit']
+    steps = '; '.join(f'{_num(c["delta_nats"], sign=True)} [{_num(c["ci_low"], sign=True)}, '
+                      f'{_num(c["ci_high"], sign=True)}] from {_tokens(c["tokens_from"])} to '
+                      f'{_tokens(c["tokens_to"])} tokens ({len(c["seeds"])} seeds)'
+                      for c in h.get('changes', {}).values())
+    return (text + f' A straight line in log-tokens fails its lack-of-fit test against the '
+            f'horizon means (F({lof["df_lack"]},{lof["df_pure"]}) = {lof["F"]:.1f}, '
+            f'p = {lof["p"]:.3f}), so no trend is claimed. The gap changes, seed by seed: '
+            f'{steps}.')
   if fit['direction'] == 'undecided':
     return (text + f' A line through the per-seed gaps against log2(tokens) has slope {slope}: '
             'the data cannot tell whether the gap shrinks or grows over this range (the '
@@ -56,42 +66,34 @@ def horizon_sentence(summary: dict) -> str:
 
 
 def factorial_sentence(summary: dict) -> str:
-  """Which effect carries shared's gap at the factorial horizon."""
+  """What the factorial shows at its horizon, and what it cannot separate."""
   f = summary['factorial']
   effects = f.get('effects', {})
   shared = f.get('shared', {})
   if 'tie_qkv' not in effects or 'diagonals' not in effects or 'delta_nats' not in shared:
     return 'The factorial is not finished: no decomposition yet.'
-  parts = {k: effects[k]['delta_nats'] for k in ('tie_qk', 'tie_kv', 'tie_qkv', 'diagonals')
-           if k in effects}
-  text = (f'At {f["steps"]:,} steps `shared`\'s gap ({_num(shared["delta_nats"], sign=True)}) '
-          f'= tying Q, K and V ({_interval(effects["tie_qkv"])}) + the diagonals '
-          f'({_interval(effects["diagonals"])}).')
-  if 'tie_qk' in parts and 'tie_kv' in parts:
-    text += (f' Of the tie, Q = K alone costs {_interval(effects["tie_qk"])} and K = V alone '
+  text = (f'At {f["steps"]:,} steps `shared` is {_interval(shared)} nats behind `standard`. '
+          f'Tying Q, K and V costs {_interval(effects["tie_qkv"])} and `shared`\'s diagonals '
+          f'win back {_interval(effects["diagonals"])}; that these two add up to `shared`\'s gap '
+          'seed by seed holds by construction (single is the middle term), so it is '
+          'bookkeeping, not a finding.')
+  if 'tie_qk' in effects and 'tie_kv' in effects:
+    text += (f' Q = K alone costs {_interval(effects["tie_qk"])}, K = V alone '
              f'{_interval(effects["tie_kv"])}.')
-  # The carrier is the single change that costs the most loss, named only once all three
-  # are in (a missing one counted as 0 named the diagonals, which win loss back).
-  single = ('tie_qk', 'tie_kv', 'diagonals')
-  if not all(k in parts for k in single):
-    text += ' Which change carries the gap is named once tie_qk, tie_kv and diagonals are in.'
-  elif max(parts[k] for k in single) <= 0:
-    text += ' None of tie_qk, tie_kv and diagonals costs loss on its own.'
-  else:
-    carrier = max(single, key=parts.get)
-    what = dict((n, w) for n, _, _, w in study_long.EFFECTS)[carrier]
-    e = effects[carrier]
-    text += (f' The change that costs the most: **{what}** ({carrier}, '
-             f'{_num(parts[carrier], sign=True)} nats)')
-    if e.get('ci_low') is not None and e['ci_low'] <= 0:  # A point estimate, not a finding.
-      per_seed = e.get('per_seed', [])
-      text += (f', though its 95% interval includes 0 at {len(per_seed)} seeds'
-               + (f' (it costs loss in {sum(d > 0 for d in per_seed)} of them)'
-                  if per_seed else ''))
-    text += '.'
-
+  if 'tie_kv_given_qk' in effects and 'tie_interaction' in effects:
+    text += (f' The ties do not add: K = V on top of Q = K (single − symmetric) costs '
+             f'{_interval(effects["tie_kv_given_qk"])}; their interaction is '
+             f'{_interval(effects["tie_interaction"])}.')
+  att = summary.get('attention') or {}
+  if 'tie_qk' in effects and all('trained' in att.get(v, {}) for v in ('symmetric', 'shared')):
+    text += (' Q = K changes two things at once, which this factorial cannot separate: the '
+             'scores become symmetric in the two tokens, and Q·Qᵀ is positive semi-definite, '
+             'so a token favours itself (weight on itself after training: '
+             f'{att["symmetric"]["trained"]["self_share"]:.3f} in symmetric, '
+             f'{att["shared"]["trained"]["self_share"]:.3f} in shared, whose scores are '
+             'symmetric but indefinite). The rotary study\'s `shared_qk` cell separates them.')
   if 'asymmetry' in effects:
-    text += (f' Restoring asymmetry on Q = K (pairwise - symmetric): '
+    text += (f' Restoring asymmetry on Q = K (pairwise − symmetric): '
              f'{_interval(effects["asymmetry"])}.')
   return text
 
@@ -137,8 +139,9 @@ def equivalence_sentence(summary: dict) -> str:
             'difference 0: the design can say "equivalent" as well as "worse".')
   return (f'At ±{margin} nats equivalence is **not reachable** for {len(eq) - len(reachable)} '
           f'of {len(eq)} comparisons with these seeds (the smallest passable margins reach '
-          f'{worst:.3f} nats): for those the design can only say worse, better or undecided, '
-          'and the last column gives the seeds it would take.')
+          f'{worst:.3f} nats): for those the design can only say worse, better or undecided. '
+          'The seeds at which the margin becomes passable are not enough to pass it: the '
+          'power column says how often a TOST would pass there, were the true difference 0.')
 
 
 def _tokens(n: int) -> str:
@@ -256,34 +259,46 @@ def render(config, summary: dict, figures: tuple[str, ...] = (HORIZON_PNG, CURVE
         f'- `{v}` at {e["variant_steps"]:,} steps against `standard` trained for '
         f'{e["standard_steps"]:,} steps (its own full schedule, lr {e["standard_lr"]:g}: the '
         f'same training FLOPs; FLOP ratio {e["flops_ratio"]:.3f}): {_interval(e)} nats, '
-        f'{len(e["seeds"])} seeds. Measured wall-clock per step (median, two runs at a time, one '
-        f'core each): {v} {_num(e["step_time_variant_s"], 4)} s, standard '
-        f'{_num(e["step_time_standard_s"], 4)} s, as the runs ran: a run that shared its '
-        'machine with other work reads slow, so compare these only where RUN_NOTES.md says '
-        'the machine was the study\'s alone, or gives a side-by-side measurement.')
+        f'{len(e["seeds"])} seeds. No wall-clock figure is given here: the runs\' own step '
+        'times (summary.json) were taken as they ran, at times with other work on the '
+        'machine, so they compare nothing; RUN_NOTES.md has the idle side-by-side one.')
   if not summary['equal_flops']:
     lines.append('Not finished (or not in this preset).')
   lines += ['', '## What this design can call equivalent', '',
             f'The verdict calls a difference equivalent when a TOST at level {summary["alpha"]} '
-            f'puts it inside ±{summary["margin_nats"]} nats. With mean difference 0, the '
-            'smallest margin that could pass is t(1−α, n−1)·sd/√n of the per-seed '
-            'differences; the seeds needed for the configured margin follow from the '
-            'measured spread.', '', '| comparison | seeds | sd of differences | smallest '
-            'passable margin | seeds for ±margin |', '|---|---|---|---|---|']
+            f'puts it inside ±{summary["margin_nats"]} nats, Holm-adjusted over the '
+            'factorial\'s comparisons as the verdicts are: the first of m tests runs at '
+            'α/m, so that is the level shown for them (each horizon\'s comparison stands '
+            'alone, at α). With mean difference 0, the smallest margin that could pass is '
+            't(1−level, n−1)·sd/√n of the per-seed differences.', '',
+            '| comparison | seeds | sd of differences | level | smallest passable margin | '
+            'seeds for ±margin to be passable | TOST power there | seeds for power 0.8 |',
+            '|---|---|---|---|---|---|---|---|']
   for name, e in summary['equivalence'].items():
     lines.append(f'| {name} | {e["seeds"]} | {_num(e["sd_nats"])} | '
-                 f'{_num(e["smallest_margin"])} | {e["seeds_for_margin"] or "> 100"} |')
+                 f'{e.get("level", summary["alpha"]):.3g} | {_num(e["smallest_margin"])} | '
+                 f'{e["seeds_for_margin"] or "> 100"} | '
+                 f'{_num(e.get("power_at_those_seeds"), 2)} | '
+                 f'{e.get("seeds_for_power_0.8") or "> 100"} |')
   lines += ['', equivalence_sentence(summary)]
   lines += ['', '## Selection (seed ' f'{L.selection_seed})', '',
-            'Each (variant, steps) sweeps its rates (and `shared` its inits, jointly); '
-            'a best rate at an edge adds the next rate out.', '',
+            'Each (variant, steps) sweeps its rates; `shared`\'s inits were swept with them only '
+            f'up to {int(L.init_sweep_max_steps):,} steps, and longer horizons took the init '
+            'chosen there. A best rate at an edge adds the next rate out. A choice is '
+            '*bracketed* when it is not at an edge and the runs at both its neighbours left '
+            f'the early plateau (final loss below {float(L.plateau_nats)} nats).', '',
             '| sweep | held-out loss by rate | chosen | bracketed |', '|---|---|---|---|']
   for name, e in summary['selection'].items():
     losses = ', '.join(f'{k}: {_num(x) if not isinstance(x, str) else x}'
                        for k, x in e['losses'].items())
     chosen = (f'{e["chosen"]["lr"]:g}' + (f' {e["chosen"]["init"]}' if 'init' in
               (e['chosen'] or {}) else '')) if e['chosen'] else 'pending'
-    lines.append(f'| {name} | {losses} | {chosen} | {"yes" if e["bracketed"] else "no"} |')
+    stayed = [f'{lr}: {_num(n["loss"])}' for lr, n in e.get('neighbours', {}).items()
+              if not n['left_plateau']]
+    why = ('yes' if e['bracketed'] else 'no, at an edge' if not e.get('interior', True)
+           else f'no, a neighbour ended above {float(L.plateau_nats)} nats, on or past the '
+           f'early plateau ({", ".join(stayed)})')
+    lines.append(f'| {name} | {losses} | {chosen} | {why} |')
   lines += ['', '## Held-out curves', '',
             f'![curves]({CURVES_PNG})' if CURVES_PNG in figures else 'No verdict run yet.', '',
             f'Training time summed over finished runs: {summary["wall_s"] / 3600:.2f} core-hours '

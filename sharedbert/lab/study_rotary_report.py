@@ -85,7 +85,7 @@ def selection_table(summary: dict) -> list[str]:
   for arm, s in summary['selection'].items():
     means = ', '.join(f'{lr}: {_num(x)}' for lr, x in s['means'].items())
     why = '' if s['bracketed'] else (' (at an edge)' if not s['interior'] else
-                                     ' (a neighbour stayed on the plateau)')
+                                     ' (a neighbour ended on or past the plateau)')
     lines.append(f'| {arm} | {means} | {s["chosen_lr"] if s["chosen_lr"] is not None else ""}'
                  f' | {"yes" if s["bracketed"] else "no" + why} | '
                  f'{", ".join(s["reused"]) or "none"} |')
