@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The long study's device preset (configs/study.py:gpu_long): the horizon comparison at
-# BERT-small scale (L=4, D=256, rows of 128 tokens, batch 128, bfloat16), `standard` and
-# `shared` with 2 seeds each at 1,000 / 2,000 / 4,000 steps, each run its own full schedule,
-# one rate (no selection: the report says so). Aimed at under 10 minutes on one H100,
-# compilation included; stops at 9.5. Needs jax with CUDA (pip install -e ".[cuda]").
+# The rotary study's device preset (configs/study.py:gpu_long): cpu_rotary's twelve arms
+# (five variants with learned and rotary positions, shared and symmetric with a query
+# phase), its two selection seeds and its diagonal init, at BERT-small scale (L=4, D=256,
+# rows of 128 tokens, batch 128, bfloat16), 1,000 steps a run: two rates an arm on two
+# seeds, then 2 verdict seeds (3 for the headline's arms), 76 runs one at a time. Not yet
+# timed on a GPU: each call stops at 9.5 minutes and the next call resumes, so run it
+# until report.md no longer says Partial. Needs jax with CUDA (pip install -e ".[cuda]").
 #
 #   bash bench/gpu_long.sh [CORPUS]       # CORPUS: a .txt file or folder; default: demo
 #
-# Writes OUT/gpu_long/ (OUT defaults to bench/): report.md, summary.json, horizon.png.
+# Writes OUT/gpu_long/ (OUT defaults to bench/): report.md, summary.json, arms.png.
 # Rerun the same command to resume a run that was cut short.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,6 @@
-"""The long study (configs/study.py:cpu_long, gpu_long): its plan, its statistics against
-hand-computed cases, and the device preset's plumbing end to end at toy size."""
+"""The long study (configs/study.py:cpu_long): its plan and its statistics against
+hand-computed cases (its device preset, gpu_long, is now the rotary study's:
+test_study_rotary.py)."""
 
 import dataclasses
 import math
@@ -56,9 +57,6 @@ def test_presets_resolve_and_keep_selection_apart():
   assert max(cpu.long.lrs) / min(cpu.long.lrs) >= 4 and len(cpu.long.lrs) >= 3
   assert {'standard', 'symmetric', 'pairwise', 'kv_shared', 'single', 'shared'} <= set(
       cpu.long.factorial_variants)
-  gpu = _config('gpu_long')
-  cfg = study_long.run_config(gpu, LongRun('shared', 1000, 1e-3, 0, 'signs'))
-  assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.data.seq_len) == (4, 256, 128)
 
 
 def study_long_presets():
@@ -255,48 +253,6 @@ def test_long_preflight_refuses_a_selection_seed_among_the_verdict_seeds(tmp_pat
   with pytest.raises(UserError, match='selection_seed=1 is a verdict seed'):
     study.long_preflight(config, str(tmp_path / 'w'))
   assert not (tmp_path / 'w').exists()
-
-
-def test_device_preset_plumbing_at_toy_size_end_to_end_and_resume(tmp_path):
-  """gpu_long shrunk to a toy model and a few steps on CPU: every horizon run, the report,
-  then a rerun that trains nothing."""
-  corpus, _ = _write_fixture_data(tmp_path)
-  config = _config('gpu_long', horizons=(4, 8), factorial_steps=4,
-                   checkpoint_every_steps=4, evals_per_run=2)
-  p = config.pretrain.override
-  p.data.corpus = corpus
-  p.data.batch_size = 8
-  p.data.seq_len = 32
-  p.data.vocab_train_sentences = 10_000
-  p.data.eval_fraction = 0.1
-  p.model.update(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64, vocab_size=256,
-                 max_position_embeddings=32, dtype='float32')
-  p.eval_batches = 1
-  p.log_every_steps = 2
-  workdir = str(tmp_path / 'w')
-  study.run_study(config, workdir)
-  s = jsonio.read_json(os.path.join(workdir, 'summary.json'))
-  assert s['runs_left'] == 0 and s['runs_finished'] == 2 * 2 * 2
-  assert set(s['horizon']['gap']) == {'4', '8'}
-  for h in ('4', '8'):
-    assert s['horizon']['standard'][h]['seeds'] == [0, 1]
-  curve = s['curves']['shared@8/seed0']
-  assert [step for step, _ in curve] == [4, 8]  # Held-out loss along the way.
-  att = s['attention']  # Each verdict run's own initial and final weights, a layer each.
-  assert set(att) == {'standard', 'shared'}
-  for e in att.values():
-    assert e['rows'] == 8 and 0 < e['tokens_per_row'] <= 32
-    for when in ('init', 'trained'):
-      assert e[when]['seeds'] == [0, 1] and 0 < e[when]['self_share'] < 1
-      assert [len(layers) for layers in e[when]['per_seed'].values()] == [1, 1]
-    assert e['init']['per_seed'] != e['trained']['per_seed']  # Training moved the weights.
-  stamp = os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
-                                        'study_done.json'))
-  study.run_study(config, workdir)  # Resumes: every run is finished, nothing retrains.
-  assert os.path.getmtime(os.path.join(workdir, 'runs', 'shared', 's8_lr0.001_seed0_signs',
-                                       'study_done.json')) == stamp
-  report = open(os.path.join(workdir, 'report.md')).read()
-  assert 'horizon.png' in report and '| shared | 2 | ' in report.split('Attention of the')[1]
 
 
 def test_an_orphaned_worker_does_not_start_a_queued_job():

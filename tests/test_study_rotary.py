@@ -25,8 +25,8 @@ LongRun = study_long.LongRun
 NA = study_long.NO_INIT
 
 
-def _config(**rotary):
-  config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'), 'cpu_rotary,data=/x')
+def _config(preset='cpu_rotary', **rotary):
+  config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'), f'{preset},data=/x')
   config.rotary.update(rotary)
   return config
 
@@ -323,3 +323,37 @@ def test_the_1000_step_point_is_re_read_at_another_rate_beside_the_long_study(tm
   assert s['rates']['0.002']['losses'] == {'0': 4.7, '1': 4.9, '2': 4.9}
   assert s['rates']['0.002']['gap']['per_seed'] == pytest.approx([0.3, 0.4, 0.4])
   assert s['rates']['0.002']['gap']['delta_nats'] == pytest.approx(1.1 / 3)
+
+
+def test_the_device_preset_has_the_same_arms_and_selection_and_runs_at_toy_size(tmp_path):
+  """gpu_long: cpu_rotary's arms, selection seeds and init at BERT-small; shrunk to a toy
+  model on CPU here, three arms run end to end, then a rerun that trains nothing."""
+  gpu, cpu = _config('gpu_long'), _config()
+  assert gpu.design == 'rotary' and tuple(gpu.rotary.arms) == tuple(cpu.rotary.arms)
+  assert tuple(gpu.rotary.selection_seeds) == tuple(cpu.rotary.selection_seeds)
+  assert len(gpu.rotary.lrs) >= 2
+  assert gpu.pretrain.override.model.diag_init_scheme == cpu.pretrain.override.model.diag_init_scheme
+  cfg = study_rotary.run_config(gpu, LongRun('shared+rotary', 1000, 1e-3, 0, NA))
+  assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.data.seq_len) == (4, 256, 128)
+  assert cfg.model.dtype == 'bfloat16' and cfg.model.position_embeddings == 'rotary'
+  corpus, _ = _write_fixture_data(tmp_path)
+  config = _config('gpu_long', arms=('standard', 'standard+rotary', 'shared+rotary'),
+                   headline_arms=('standard',), steps=4, seeds=2, headline_seeds=2)
+  config.long.checkpoint_every_steps = 4
+  p = config.pretrain.override
+  p.data.update(corpus=corpus, batch_size=8, seq_len=32, vocab_train_sentences=10_000,
+                eval_fraction=0.1)
+  p.model.update(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64, vocab_size=256,
+                 max_position_embeddings=32, dtype='float32')
+  p.eval_batches = 1
+  p.log_every_steps = 2
+  workdir = str(tmp_path / 'w')
+  study.run_study(config, workdir)
+  s = jsonio.read_json(os.path.join(workdir, 'summary.json'))
+  assert s['runs_left'] == 0 and s['runs_trained_here'] == 3 * (2 * 2 + 2)
+  assert s['selection']['shared+rotary']['chosen_lr'] in (1e-3, 2e-3)
+  assert not s['reuse']['used'] and s['reread'] is None
+  done = os.path.join(workdir, 'runs', 'shared+rotary', 's4_lr0.001_seed100_na', 'study_done.json')
+  stamp = os.path.getmtime(done)
+  study.run_study(config, workdir)  # Resumes: every run is finished, nothing retrains.
+  assert os.path.getmtime(done) == stamp
