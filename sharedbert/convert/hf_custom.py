@@ -25,7 +25,6 @@ from safetensors.numpy import save_file
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import ModelConfig, position_embeddings_value
-from sharedbert.models.masa import masa_num_atoms
 
 MODEL_TYPE = 'sharedbert'
 CODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'remote_code')
@@ -87,7 +86,9 @@ def config_json(cfg: ModelConfig, head: dict | None = None,
       'position_embeddings': cfg.position_embeddings, 'rope_theta': cfg.rope_theta,
       'rope_query_phase': cfg.rope_query_phase, 'pooling': 'cls',
       'qk_shared_fraction': cfg.qk_shared_fraction,
-      'masa_atoms': masa_num_atoms(cfg) if cfg.attention == 'masa' else cfg.masa_atoms,
+      # The variant's effective value (masa: 0 atoms means ceil(L/3)).
+      'masa_atoms': attention_lib.VARIANTS[cfg.attention].resolved_settings(
+          cfg.to_dict()).get('masa_atoms', cfg.masa_atoms),
       'masa_projections': cfg.masa_projections, 'pad_token_id': 0, 'torch_dtype': 'float32',
       # Unused by the code; kept so that the diagonals' and P's initial values (a fresh
       # model's, before from_pretrained loads the weights) are the import's too.

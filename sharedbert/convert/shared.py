@@ -237,10 +237,6 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
   if rows:
     lines += [f'Relative reconstruction error ||W - W_fit||_F / ||W||_F ({errors_of}):',
               fmt(header), fmt(['-' * w for w in widths])] + [fmt(r) for r in rows]
-  if attention in ('shared', 'symmetric') and not fit_text and (fit or 'function') == 'function':
-    lines.append('Note: unweighted, the function fit kept less of all-MiniLM-L6-v2 than the '
-                 'weight-space fit (zero-shot STS-B 0.72 against 0.77 for shared); weighted by '
-                 'real text (--fit_text=TEXT) it kept the most (0.82; docs/uptrain_cpu).')
   return '\n'.join(lines)
 
 

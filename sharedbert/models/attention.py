@@ -249,6 +249,8 @@ class AttentionBase(nn.Module):
 
   # The fits `from_standard` offers (`convert_shared --fit`); the first is the default.
   conversion_fits: tuple[str, ...] = ()
+  # Those of them that take the inputs' second moments (`convert_shared --fit_text`).
+  weighted_fits: tuple[str, ...] = ()
 
   @classmethod
   def conversion_fit(cls, fit: str | None, moments=None) -> str:
@@ -259,9 +261,11 @@ class AttentionBase(nn.Module):
     elif fit not in cls.conversion_fits:
       raise UserError(f'--fit={fit!r}: the {cls.__name__} conversion offers '
                       f'{", ".join(cls.conversion_fits) or "no choice of fit"}')
-    if moments is not None and (fit != 'function' or cls.__name__ == 'KVSharedAttention'):
-      raise UserError(f'--fit_text weights only the function fits of shared and symmetric, '
-                      f'not {cls.__name__} --fit={fit}')
+    if moments is not None and fit not in cls.weighted_fits:
+      weighted = sorted(f'{name} --fit={f}' for name, v in VARIANTS.items()
+                        for f in v.weighted_fits)
+      raise UserError(f'--fit_text weights only the fits {", ".join(weighted)}, not '
+                      f'{cls.__name__} --fit={fit}')
     return fit
 
   @classmethod
@@ -377,6 +381,7 @@ class SharedAttention(AttentionBase):
   # 'function': per head, the score form and the value path (fit_lib.fit_shared_function);
   # 'rank1': the weights, one rank-one fit per output unit (fit_lib.fit_shared).
   conversion_fits = ('function', 'rank1')
+  weighted_fits = ('function',)
 
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
@@ -455,6 +460,7 @@ class SymmetricAttention(AttentionBase):
   # 'function': the best positive semi-definite fit of each head's symmetrised score form
   # (fit_lib.fit_symmetric_function); 'mean': W_qk = (W_q + W_k) / 2. Values and W_o are kept.
   conversion_fits = ('function', 'mean')
+  weighted_fits = ('function',)
 
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
