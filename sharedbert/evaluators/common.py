@@ -5,7 +5,7 @@ run, `from_config(name, run, **settings)`, and asked once per fine-tuning seed,
 `evaluator.run(params) -> dict | None` (None: nothing to report for this task). `run` is the
 task's `sharedbert.tasks.glue_task.TaskRun`: its `spec`, `features`, `model`, `predict(params,
 features)` and `pretrained.tokenizer`. GLUE fine-tuning runs the evaluators named in
-`config.evaluators` (a name, then its settings: `config.evaluators.robustness.levels`) and
+`config.evaluators` (each entry: an evaluator's name, holding its settings) and
 stores their results in each seed's metrics.json under `evaluators`; the study runs
 `robustness` and `crossdomain` the same way.
 
