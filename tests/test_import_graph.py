@@ -293,3 +293,10 @@ def test_a_pretraining_command_builds_its_model_config_once(tmp_path):
   assert done.returncode == 2, done.stderr[-2000:]
   assert 'does not exist' in done.stderr  # Refused by the preflight, after both checks.
   assert done.stdout.splitlines()[-1] == 'BUILT 1'
+
+
+def test_no_module_is_over_600_lines():
+  """A module that long holds two things: split it where they part (issue 55)."""
+  long = {name: n for name, path in modules().items()
+          if (n := sum(1 for _ in open(path, encoding='utf-8'))) > 600}
+  assert long == {}

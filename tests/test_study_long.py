@@ -17,7 +17,6 @@ from sharedbert.lab import study_long_report
 from sharedbert.models.params import load_config_file
 from sharedbert.utils import jsonio
 
-from test_study import _write_fixture_data
 
 LongRun = study_long.LongRun
 NA = study_long.NO_INIT

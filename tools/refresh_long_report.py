@@ -14,7 +14,7 @@ import os
 from absl import app
 from absl import flags
 
-from sharedbert.lab import study_long
+from sharedbert.lab import seed_stats
 from sharedbert.lab import study_long_report
 from sharedbert.models.params import load_config_file
 from sharedbert.utils import jsonio
@@ -32,10 +32,10 @@ def _per_seed(effect: dict) -> dict:
 def refresh(config, summary: dict) -> None:
   """Recomputes, in place, what summary.json derives from its per-seed values."""
   h = summary['horizon']
-  h.update(study_long.horizon_shape(h['gap']))
+  h.update(seed_stats.horizon_shape(h['gap']))
   f = summary['factorial']
   effects = f['effects']
-  effects.update(study_long.derived_effects(effects))
+  effects.update(seed_stats.derived_effects(effects))
   # Each factorial comparison's per-seed differences, from the effects that hold them.
   steps = str(f['steps'])
   by_variant = {'symmetric': _per_seed(effects['tie_qk']),
@@ -48,7 +48,7 @@ def refresh(config, summary: dict) -> None:
             if v in config.long.factorial_variants}
   alone = {f'shared - standard @ {k}': g['per_seed'] for k, g in h['gap'].items()
            if f'shared - standard @ {k}' not in family}
-  summary['equivalence'] = study_long.equivalence_table(
+  summary['equivalence'] = seed_stats.equivalence_table(
       family, alone, summary['margin_nats'], summary['alpha'])
   plateau = float(config.long.plateau_nats)
   for e in summary['selection'].values():
@@ -58,7 +58,7 @@ def refresh(config, summary: dict) -> None:
       lr, _, init = key.partition('/')
       if init == chosen.get('init', ''):
         losses[float(lr)] = loss if isinstance(loss, float) else float('inf')
-    e.update(study_long.bracket(losses, chosen.get('lr'), plateau))
+    e.update(seed_stats.bracket(losses, chosen.get('lr'), plateau))
 
 
 def main(argv):

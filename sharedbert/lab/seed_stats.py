@@ -1,6 +1,7 @@
 """Statistics of seed-paired pretraining losses (the long and rotary studies): per-seed
-differences and their t intervals, a trend over horizons, the smallest margin an
-equivalence test could pass, and the power of the paired tests."""
+differences and their t intervals, a trend over horizons with its lack-of-fit test, the
+smallest margin an equivalence test could pass, the power of the paired tests, and the
+tables the long study derives from them (equivalence, derived effects, bracketing)."""
 
 from __future__ import annotations
 
@@ -133,3 +134,78 @@ def seeds_for_tost_power(sd: float, margin: float, alpha: float, power: float = 
     if tost_power(n, sd, margin, alpha, draws=50_000) >= power:
       return n
   return None
+
+
+def equivalence_table(family: dict, alone: dict, margin: float, alpha: float) -> dict:
+  """What the design could call equivalent, per comparison ({name: per-seed differences}):
+  those of `family` are Holm-adjusted together (the first test of m runs at alpha/m, the
+  level that decides whether any passes), those `alone` at alpha. The smallest margin a
+  TOST could pass were the mean 0; the seeds at which the configured margin becomes
+  passable, and the TOST's power there (passable is not likely); the seeds for 80%."""
+  out = {}
+  for group, m in ((family, max(1, len(family))), (alone, 1)):
+    level = alpha / m
+    for name, values in group.items():
+      if len(values) < 2:
+        continue
+      sd = float(np.std(values, ddof=1))
+      passable = seeds_for_margin(sd, margin, level)
+      out[name] = {'seeds': len(values), 'sd_nats': sd, 'holm_family': m, 'level': level,
+                   'smallest_margin': smallest_margin(values, level),
+                   'seeds_for_margin': passable,
+                   'power_at_those_seeds': (tost_power(passable, sd, margin, level)
+                                            if passable else None),
+                   'seeds_for_power_0.8': seeds_for_tost_power(sd, margin, level)}
+  return out
+
+
+def derived_effects(effects: dict) -> dict:
+  """Effects read off the others' per-seed differences: K = V on top of Q = K
+  (single - symmetric = tie_qkv - tie_qk) and the two ties' interaction
+  (tie_qkv - tie_qk - tie_kv: zero if their costs added)."""
+  need = ('tie_qk', 'tie_kv', 'tie_qkv')
+  if not all(k in effects for k in need):
+    return {}
+  by_seed = {k: dict(zip(effects[k]['seeds'], effects[k]['per_seed'])) for k in need}
+  seeds = sorted(set.intersection(*(set(v) for v in by_seed.values())))
+  if len(seeds) < 2:
+    return {}
+  qk, kv, qkv = (by_seed[k] for k in need)
+  return {
+      'tie_kv_given_qk': {**difference({s: qkv[s] - qk[s] for s in seeds}),
+                          'what': 'tying K and V on top of Q = K', 'minuend': 'single',
+                          'subtrahend': 'symmetric'},
+      'tie_interaction': {**difference({s: qkv[s] - qk[s] - kv[s] for s in seeds}),
+                          'what': '(single - symmetric) - (kv_shared - standard): zero if the '
+                                  'ties\' costs added'}}
+
+
+def bracket(losses: dict, chosen: float | None, plateau: float) -> dict:
+  """Whether a sweep's chosen rate is bracketed: not at an edge of the rates run, and the
+  runs at both its neighbours left the early plateau (final loss below `plateau`)."""
+  rates = sorted(losses)
+  if chosen is None or chosen not in losses:
+    return {'bracketed': False, 'neighbours': {}}
+  i = rates.index(chosen)
+  neighbours = {f'{lr:g}': {'loss': losses[lr], 'left_plateau': losses[lr] < plateau}
+                for lr in rates[max(0, i - 1):i] + rates[i + 1:i + 2]}
+  interior = 0 < i < len(rates) - 1
+  return {'bracketed': interior and all(n['left_plateau'] for n in neighbours.values()),
+          'interior': interior, 'neighbours': neighbours}
+
+
+def horizon_shape(gaps: dict) -> dict:
+  """The gap's shape over the horizons, from its per-seed values ({steps: difference()
+  with 'tokens'}): `trend`, a line in log-tokens with its lack-of-fit test, and `changes`,
+  the seed-paired change of the gap from each horizon to the next."""
+  points = [(g['tokens'], x) for g in gaps.values() for x in g['per_seed']]
+  order = sorted(gaps, key=int)
+  changes = {}
+  for a, b in zip(order, order[1:]):
+    before = dict(zip(gaps[a]['seeds'], gaps[a]['per_seed']))
+    after = dict(zip(gaps[b]['seeds'], gaps[b]['per_seed']))
+    d = {s: after[s] - before[s] for s in after if s in before}
+    if len(d) >= 2:
+      changes[f'{a}->{b}'] = {**difference(d), 'tokens_from': gaps[a]['tokens'],
+                              'tokens_to': gaps[b]['tokens']}
+  return {'trend': trend(points), 'changes': changes}

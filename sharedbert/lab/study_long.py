@@ -471,7 +471,7 @@ def analyse(config, workdir: str) -> dict:
       gaps[str(h)] = {**seed_stats.difference(d), 'tokens': int(h) * out['tokens_per_step']}
       gap_points += [(int(h) * out['tokens_per_step'], x) for x in d.values()]
   horizon['gap'] = gaps
-  horizon.update(horizon_shape(gaps))
+  horizon.update(seed_stats.horizon_shape(gaps))
   out['horizon'] = horizon
 
   F = int(L.factorial_steps)
@@ -496,7 +496,7 @@ def analyse(config, workdir: str) -> dict:
       d = seed_stats.paired(fact_losses[a], fact_losses[b])
       if len(d) >= 2:
         effects[name] = {**seed_stats.difference(d), 'what': what, 'minuend': a, 'subtrahend': b}
-  effects.update(derived_effects(effects))
+  effects.update(seed_stats.derived_effects(effects))
   fact['effects'] = effects
   fact['steps'] = F
   out['factorial'] = fact
@@ -531,7 +531,7 @@ def analyse(config, workdir: str) -> dict:
     if name not in family and ('shared', int(h)) in chosen and (BASE, int(h)) in chosen:
       horizons[name] = list(seed_stats.paired(losses(chosen[('shared', int(h))], int(h)),
                                               losses(chosen[(BASE, int(h))], int(h))).values())
-  equivalence = equivalence_table(family, horizons, margin, alpha)
+  equivalence = seed_stats.equivalence_table(family, horizons, margin, alpha)
   out['equivalence'] = equivalence
 
   selection = {}
@@ -547,7 +547,7 @@ def analyse(config, workdir: str) -> dict:
                    for r, s in sorted(grid.items())},
         'chosen': ({'lr': best.lr, **({'init': best.init} if best.init != NO_INIT else {})}
                    if best else None),
-        **bracket({r.lr: final_loss(x) for r, x in grid.items()
+        **seed_stats.bracket({r.lr: final_loss(x) for r, x in grid.items()
                    if best is None or r.init == best.init},
                   best.lr if best else None, float(L.plateau_nats))}
   out['selection'] = selection
@@ -559,79 +559,12 @@ def analyse(config, workdir: str) -> dict:
   return out
 
 
-def equivalence_table(family: dict, alone: dict, margin: float, alpha: float) -> dict:
-  """What the design could call equivalent, per comparison ({name: per-seed differences}):
-  those of `family` are Holm-adjusted together (the first test of m runs at alpha/m, the
-  level that decides whether any passes), those `alone` at alpha. The smallest margin a
-  TOST could pass were the mean 0; the seeds at which the configured margin becomes
-  passable, and the TOST's power there (passable is not likely); the seeds for 80%."""
-  out = {}
-  for group, m in ((family, max(1, len(family))), (alone, 1)):
-    level = alpha / m
-    for name, values in group.items():
-      if len(values) < 2:
-        continue
-      sd = float(np.std(values, ddof=1))
-      passable = seed_stats.seeds_for_margin(sd, margin, level)
-      out[name] = {'seeds': len(values), 'sd_nats': sd, 'holm_family': m, 'level': level,
-                   'smallest_margin': seed_stats.smallest_margin(values, level),
-                   'seeds_for_margin': passable,
-                   'power_at_those_seeds': (seed_stats.tost_power(passable, sd, margin, level)
-                                            if passable else None),
-                   'seeds_for_power_0.8': seed_stats.seeds_for_tost_power(sd, margin, level)}
-  return out
 
 
-def derived_effects(effects: dict) -> dict:
-  """Effects read off the others' per-seed differences: K = V on top of Q = K
-  (single - symmetric = tie_qkv - tie_qk) and the two ties' interaction
-  (tie_qkv - tie_qk - tie_kv: zero if their costs added)."""
-  need = ('tie_qk', 'tie_kv', 'tie_qkv')
-  if not all(k in effects for k in need):
-    return {}
-  by_seed = {k: dict(zip(effects[k]['seeds'], effects[k]['per_seed'])) for k in need}
-  seeds = sorted(set.intersection(*(set(v) for v in by_seed.values())))
-  if len(seeds) < 2:
-    return {}
-  qk, kv, qkv = (by_seed[k] for k in need)
-  return {
-      'tie_kv_given_qk': {**seed_stats.difference({s: qkv[s] - qk[s] for s in seeds}),
-                          'what': 'tying K and V on top of Q = K', 'minuend': 'single',
-                          'subtrahend': 'symmetric'},
-      'tie_interaction': {**seed_stats.difference({s: qkv[s] - qk[s] - kv[s] for s in seeds}),
-                          'what': '(single - symmetric) - (kv_shared - standard): zero if the '
-                                  'ties\' costs added'}}
 
 
-def bracket(losses: dict, chosen: float | None, plateau: float) -> dict:
-  """Whether a sweep's chosen rate is bracketed: not at an edge of the rates run, and the
-  runs at both its neighbours left the early plateau (final loss below `plateau`)."""
-  rates = sorted(losses)
-  if chosen is None or chosen not in losses:
-    return {'bracketed': False, 'neighbours': {}}
-  i = rates.index(chosen)
-  neighbours = {f'{lr:g}': {'loss': losses[lr], 'left_plateau': losses[lr] < plateau}
-                for lr in rates[max(0, i - 1):i] + rates[i + 1:i + 2]}
-  interior = 0 < i < len(rates) - 1
-  return {'bracketed': interior and all(n['left_plateau'] for n in neighbours.values()),
-          'interior': interior, 'neighbours': neighbours}
 
 
-def horizon_shape(gaps: dict) -> dict:
-  """The gap's shape over the horizons, from its per-seed values ({steps: difference()
-  with 'tokens'}): `trend`, a line in log-tokens with its lack-of-fit test, and `changes`,
-  the seed-paired change of the gap from each horizon to the next."""
-  points = [(g['tokens'], x) for g in gaps.values() for x in g['per_seed']]
-  order = sorted(gaps, key=int)
-  changes = {}
-  for a, b in zip(order, order[1:]):
-    before = dict(zip(gaps[a]['seeds'], gaps[a]['per_seed']))
-    after = dict(zip(gaps[b]['seeds'], gaps[b]['per_seed']))
-    d = {s: after[s] - before[s] for s in after if s in before}
-    if len(d) >= 2:
-      changes[f'{a}->{b}'] = {**seed_stats.difference(d), 'tokens_from': gaps[a]['tokens'],
-                              'tokens_to': gaps[b]['tokens']}
-  return {'trend': seed_stats.trend(points), 'changes': changes}
 
 
 def tokens_per_step(config) -> int:
