@@ -46,7 +46,14 @@ def learning_rate_schedule(optim, total_steps: int):
   """The learning rate applied at step s (0-based): linear warmup over `warmup_steps` steps
   (lr·(s+1)/warmup, so the first step already learns), then linear decay that reaches 0 at
   the last step, total_steps - 1 (BERT's triangular schedule, ending exactly at zero). A
-  warmup as long as the run is clamped (`effective_warmup`)."""
+  warmup as long as the run is clamped (`effective_warmup`).
+
+  Args:
+    optim: a config section with lr and warmup_steps.
+    total_steps: the schedule's length.
+  Returns:
+    step -> learning rate (a float32 scalar), traceable.
+  """
   total = max(int(total_steps), 1)
   warmup = effective_warmup(optim.warmup_steps, total)
   lr = float(optim.lr)
@@ -80,7 +87,15 @@ def make_optimizer(optim, total_steps: int):
   """(optax transformation, schedule) for `total_steps` steps of `optim` (a config
   section: lr, warmup_steps or warmup_fraction, weight_decay, b1, b2, eps,
   grad_clip_norm, and optionally schedule_steps: a schedule longer than the run, so that a
-  run stopped at total_steps and resumed with a larger one follows one schedule)."""
+  run stopped at total_steps and resumed with a larger one follows one schedule).
+
+  Args:
+    optim: the config section above.
+    total_steps: the run's steps (warmup_fraction is a fraction of them).
+  Returns:
+    (tx, schedule): global-norm clipping then AdamW (no decay on biases, LayerNorms and
+    diagonals: decay_mask), and step -> learning rate.
+  """
   total_steps = int(optim.get('schedule_steps', 0) or total_steps)
   optim = with_warmup_steps(optim, total_steps)
   schedule = learning_rate_schedule(optim, total_steps)
@@ -99,7 +114,16 @@ def guarded_update(tx, grads, opt_state, params, loss, grad_norm=None):
   loss, the gradient and the update are all finite; otherwise parameters and optimizer
   state are kept (the schedule's step count still advances). A finite loss and gradient
   are not enough: a NaN learning rate, or an update that overflows, would write NaN into
-  every parameter from the first step on."""
+  every parameter from the first step on.
+
+  Args:
+    tx: the optax transformation.
+    grads, opt_state, params: as tx.update takes them.
+    loss: the step's scalar loss.
+    grad_norm: the gradient's global norm, if already computed.
+  Returns:
+    (params, opt_state, finite): finite is a boolean scalar, False for a skipped step.
+  """
   grad_norm = optax.global_norm(grads) if grad_norm is None else grad_norm
   updates, new_opt_state = tx.update(grads, opt_state, params)
   finite = computed_once(jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates))

@@ -46,7 +46,16 @@ def dummy_inputs(batch: int, seq_len: int, max_predictions: int):
 
 
 def init_params(model: nn.Module, rng, seq_len: int = 8, max_predictions: int = 2):
-  """Boxed (logically annotated) parameters."""
+  """Boxed (logically annotated) parameters of a BertForPretraining.
+
+  Args:
+    model: the BertForPretraining.
+    rng: the init key.
+    seq_len, max_predictions: the dummy batch's length and masked slots (the parameters'
+      shapes do not depend on them).
+  Returns:
+    The `params` collection, each leaf an nn.Partitioned with its logical axis names.
+  """
   return model.init({'params': rng}, *dummy_inputs(1, seq_len, max_predictions))['params']
 
 
@@ -58,7 +67,16 @@ def _boxed_train_state(model, tx, rng, seq_len, max_predictions):
 
 
 def state_shardings(model, tx, mesh, axis_rules, seq_len, max_predictions):
-  """Where each leaf of the train state goes on `mesh`, from the logical axis names."""
+  """Where each leaf of the train state goes on `mesh`, from the logical axis names.
+
+  Args:
+    model, tx: the BertForPretraining and its optax transformation.
+    mesh: the device mesh (axes data, fsdp, tensor).
+    axis_rules: logical axis name -> mesh axes (sharding.rules(config)).
+    seq_len, max_predictions: the dummy batch's shape (see init_params).
+  Returns:
+    A TrainState of jax.sharding.NamedSharding, one per leaf.
+  """
   with nn.logical_axis_rules(axis_rules):
     abstract = jax.eval_shape(
         lambda r: _boxed_train_state(model, tx, r, seq_len, max_predictions), jax.random.key(0))
@@ -66,7 +84,14 @@ def state_shardings(model, tx, mesh, axis_rules, seq_len, max_predictions):
 
 
 def create_train_state(model, tx, rng, mesh, axis_rules, seq_len, max_predictions):
-  """Initializes the state directly in its sharded layout; returns (state, shardings)."""
+  """Initializes the train state directly in its sharded layout (no host copy).
+
+  Args:
+    model, tx, mesh, axis_rules, seq_len, max_predictions: as state_shardings.
+    rng: the init key.
+  Returns:
+    (state, shardings): the TrainState (step 0, fresh optimizer) and its NamedShardings.
+  """
   shardings = state_shardings(model, tx, mesh, axis_rules, seq_len, max_predictions)
   init = jax.jit(lambda r: nn.unbox(_boxed_train_state(model, tx, r, seq_len, max_predictions)),
                  out_shardings=shardings)
@@ -74,7 +99,14 @@ def create_train_state(model, tx, rng, mesh, axis_rules, seq_len, max_prediction
 
 
 def abstract_state(state_shardings, model, tx, seq_len, max_predictions):
-  """ShapeDtypeStructs with shardings: the restore target for a checkpoint."""
+  """The train state as ShapeDtypeStructs with shardings: the restore target of a checkpoint.
+
+  Args:
+    state_shardings: the state's NamedShardings (state_shardings()).
+    model, tx, seq_len, max_predictions: as state_shardings.
+  Returns:
+    A TrainState of jax.ShapeDtypeStruct, each with its sharding.
+  """
   def init(rng):
     params = nn.unbox(init_params(model, rng, seq_len, max_predictions))
     zero = jnp.zeros((), jnp.int32)
@@ -113,7 +145,19 @@ def restore_state(reader, model_cfg: ModelConfig, tx, mesh, axis_rules, sharding
 # The step.
 
 def mlm_loss(model, params, batch, rng, deterministic):
-  """Sum of masked-token cross-entropies, number of masked tokens, number correct."""
+  """The MLM loss of one batch, summed over its masked tokens.
+
+  Args:
+    model: the BertForPretraining.
+    params: its parameters.
+    batch: input_ids, segment_ids, input_mask [B, T] int32; masked_positions, masked_ids
+      [B, P] int32; masked_weights [B, P] float32 (0 for unused slots).
+    rng: the dropout key, or None.
+    deterministic: no dropout.
+  Returns:
+    (loss_sum, (weight, correct)): scalars, the cross-entropy summed over the masked tokens,
+    their number (sum of weights) and how many the argmax got right.
+  """
   out = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                     batch['input_mask'], batch['masked_positions'],
                     deterministic=deterministic,
@@ -132,6 +176,17 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
   micro-batches give the same update as one batch k times larger. A step whose loss,
   gradient or update is not finite is skipped (parameters and optimizer state kept) and
   counted.
+
+  Args:
+    state: the TrainState.
+    batch: the global batch, as mlm_loss takes it (B a multiple of accum_steps).
+    model, tx: the BertForPretraining and its optax transformation.
+    schedule: step -> learning rate (for the metrics).
+    base_rng: the dropout key, folded with the step.
+    accum_steps: micro-batches per step.
+  Returns:
+    (new_state, metrics): metrics holds scalars loss, mlm_accuracy, grad_norm,
+    learning_rate and skipped (1.0 when this step was skipped).
   """
   rng = jax.random.fold_in(base_rng, state.step)
 
@@ -176,13 +231,31 @@ def train_step(state: TrainState, batch, *, model, tx, schedule, base_rng, accum
 
 
 def eval_step(params, batch, *, model):
-  """The MLM loss sum, weight and correct count of one batch, dropout off."""
+  """The MLM loss sum, weight and correct count of one batch, dropout off.
+
+  Args:
+    params: the model's parameters.
+    batch: as mlm_loss takes it.
+    model: the BertForPretraining.
+  Returns:
+    {'loss_sum', 'weight', 'correct'}: scalars (train.evaluate sums them over batches).
+  """
   loss_sum, (weight, correct) = mlm_loss(model, params, batch, None, True)
   return {'loss_sum': loss_sum, 'weight': weight, 'correct': correct}
 
 
 def jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, accum_steps: int):
-  """The train step (state donated) and the eval step, jitted with the state's shardings."""
+  """The train step (state donated) and the eval step, jitted with the state's shardings.
+
+  Args:
+    model, tx, schedule, accum_steps: as train_step.
+    mesh: the device mesh; batches are sharded over its data and fsdp axes.
+    state_shardings: the state's NamedShardings.
+    dropout_rng: train_step's base_rng.
+  Returns:
+    (step_fn, eval_fn): step_fn(state, batch) -> (state, metrics); eval_fn(params, batch)
+    -> eval_step's sums, replicated.
+  """
   batch_spec = sharding.batch_sharding(mesh)
   step_fn = jax.jit(
       functools.partial(train_step, model=model, tx=tx, schedule=schedule,

@@ -45,7 +45,14 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
 
 
 def make_mesh(mesh_cfg, devices=None) -> jax.sharding.Mesh:
-  """The device mesh of `mesh_cfg` over `devices` (all by default), axes data, fsdp, tensor."""
+  """The device mesh of `mesh_cfg` over `devices`, axes ('data', 'fsdp', 'tensor').
+
+  Args:
+    mesh_cfg: sizes of data, fsdp and tensor (config.mesh); one may be -1 for the rest.
+    devices: the devices to lay out (default: every device of every process).
+  Returns:
+    A jax.sharding.Mesh with Auto axis types.
+  """
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(mesh_cfg, len(devices))
   # Auto axes: the partitioner propagates shardings from the annotated inputs and the
@@ -63,7 +70,14 @@ def rules(config) -> tuple:
 def logical_shardings(abstract_tree, mesh, axis_rules):
   """NamedShardings for a tree of (possibly boxed) abstract values, from their axis names.
 
-  Raises a UserError naming the first array whose dimension the mesh cannot split evenly.
+  Args:
+    abstract_tree: values (nn.Partitioned boxes carry the logical axis names).
+    mesh: the device mesh.
+    axis_rules: logical axis name -> mesh axes.
+  Returns:
+    A tree of jax.sharding.NamedSharding like `abstract_tree`.
+  Raises:
+    UserError naming the first array whose dimension the mesh cannot split evenly.
   """
   specs = nn.get_partition_spec(abstract_tree)
   shardings = nn.logical_to_mesh_sharding(specs, mesh, axis_rules)
@@ -134,7 +148,14 @@ def process_batch_block(mesh) -> tuple[int, int]:
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
-  """Assembles each process's block of rows into global arrays sharded over the batch axes."""
+  """Assembles each process's block of rows into global arrays sharded over the batch axes.
+
+  Args:
+    local_batch: name -> this process's rows [b, ...] (process_batch_block's block).
+    mesh: the device mesh.
+  Returns:
+    name -> a global jax.Array [b * processes, ...], rows over the data and fsdp axes.
+  """
   sharding = batch_sharding(mesh)
   _, count = process_batch_block(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, v, (len(v) * count, *v.shape[1:]))

@@ -79,6 +79,19 @@ def mask_rows(rows: np.ndarray, keys: np.ndarray, *, seed: int, mask_rate: float
 
   Special ids are never chosen; random replacements are drawn from the other ids below
   vocab_size (for sentencepiece, whose specials are 0-4, exactly [5, vocab_size)).
+
+  Args:
+    rows: packed token ids [B, T] (pad_id after the row's end).
+    keys: [B, k] integers that identify each row (its position in the data), so that a
+      row is masked the same way whatever batch or process it lands in.
+    seed: the run's masking seed.
+    mask_rate: the fraction of a row's real, non-special tokens chosen (BERT's 80/10/10
+      split among [MASK], a random id and the token itself).
+    max_predictions: masked slots a row has (P).
+    vocab_size, special_ids, mask_id, pad_id: the vocabulary.
+  Returns:
+    input_ids, segment_ids, input_mask [B, T]; masked_positions, masked_ids [B, P] int32;
+    masked_weights [B, P] float32.
   """
   b, t = rows.shape
   special = np.asarray(sorted(special_ids), np.int64)

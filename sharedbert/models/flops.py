@@ -84,7 +84,15 @@ def train_step_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> int:
   """FLOPs of one training step's matrix products: forward plus backward (3x forward; the
   rotation of rotary positions 2x), and
   with `model.one_hot_embeddings` the word table's gradient, one_hot(ids)^T g (backward only:
-  the forward lookup stays a gather)."""
+  the forward lookup stays a gather).
+
+  Args:
+    cfg: the ModelConfig.
+    batch, seq_len: the global batch's rows and tokens a row.
+    mlm_rows: rows of the MLM head's output (batch * max_predictions).
+  Returns:
+    FLOPs of one optimizer step (2 per multiply-add), an int.
+  """
   forward = forward_flops(cfg, batch, seq_len, mlm_rows)
   # A rotation's backward is one rotation (of the gradient, by -angle): 2x forward in all.
   rotation = forward.pop('rotary', 0)

@@ -63,7 +63,18 @@ def train_step(state: State, batch, *, apply_fn, tx, loss_fn):
   """One optimizer step on loss_fn(apply_fn(params, batch, rng), batch), the dropout rng
   keyed by the step. A step whose loss, gradient or update is not finite leaves the
   parameters and optimizer state as they were (optim.guarded_update, the same guard as
-  pretraining's); its loss, returned as it is, shows it to the caller."""
+  pretraining's); its loss, returned as it is, shows it to the caller.
+
+  Args:
+    state: the engine's State (step, params, opt_state, dropout_rng).
+    batch: make_batch's arrays: input_ids, segment_ids, input_mask [B, T], weights [B] and
+      the task's targets.
+    apply_fn: (params, batch, rng) -> the model's outputs (task_apply).
+    tx: the optax transformation.
+    loss_fn: (outputs, batch) -> the scalar loss (mean over rows of weight 1).
+  Returns:
+    (new_state, loss).
+  """
   rng = jax.random.fold_in(state.dropout_rng, state.step)
 
   def objective(params):
@@ -83,7 +94,15 @@ def scanned_steps(state: State, batches, *, apply_fn, tx, loss_fn):
 
 
 def predict_step(params, batch, *, model):
-  """The model's outputs on one batch, dropout off."""
+  """The model's outputs on one batch, dropout off.
+
+  Args:
+    params: the model's parameters.
+    batch: input_ids, segment_ids, input_mask [B, T].
+    model: the task module.
+  Returns:
+    Its outputs (a classifier: logits [B, num_labels]; SQuAD: start and end logits [B, T]).
+  """
   return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                      batch['input_mask'], deterministic=True)
 
@@ -101,7 +120,18 @@ def compile_steps(model, tx, loss_fn: Callable, mesh, axis_rules) -> Steps:
   """The state (params from the model's logical axes, placed on `mesh`) and the jitted
   steps of `model` (a module taking input_ids, segment_ids, input_mask, deterministic
   whose encoder is params['bert']). init_state(rng, encoder) starts the encoder from
-  `encoder` (copied, so that donating a state never frees it), or at random (None)."""
+  `encoder` (copied, so that donating a state never frees it), or at random (None).
+
+  Args:
+    model: the task module.
+    tx: the optax transformation.
+    loss_fn: (outputs, batch) -> the scalar loss.
+    mesh: the device mesh; batches are sharded over its data and fsdp axes.
+    axis_rules: logical axis name -> mesh axes.
+  Returns:
+    Steps: state_shardings, init_state(rng, encoder), step_fn(state, batch) -> (state,
+    loss) with the state donated, and predict_fn(params, batch) -> outputs.
+  """
   def init_boxed(rng):
     z = jnp.zeros((1, 8), jnp.int32)
     params = model.init({'params': rng}, z, z, jnp.ones_like(z))['params']
@@ -163,6 +193,16 @@ def make_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, size: int,
 
   Every array of `arrays` is indexed by row; the token arrays (TOKEN_KEYS) are cropped to
   `width` columns (all by default). Adds 'input_mask' (ids != PAD_ID) and 'weights'.
+
+  Args:
+    arrays: name -> an array over all rows (token arrays [N, T]).
+    idx: the global batch's row indices (at most `size`).
+    size: the global batch size.
+    process: (this process's index, processes): the block of rows it feeds.
+    width: the token arrays' columns, or None for all.
+  Returns:
+    name -> this process's rows [size / processes, ...], with input_mask and weights [rows]
+    (1 for real rows, 0 for padding rows).
   """
   weights = np.zeros((size,), np.float32)
   weights[:len(idx)] = 1.0

@@ -173,7 +173,16 @@ def check_fit(config, pretrained: PretrainedRun, tasks, mesh) -> None:
 
 
 def finetune_and_evaluate(config, workdir: str) -> dict:
-  """Fine-tunes and scores every task of `config.task`; returns the results.json content."""
+  """Fine-tunes and scores every task of `config.task`, with `config.seeds` seeds each.
+
+  Args:
+    config: a fine-tuning config (configs/glue.py): init_from, task, seeds, data, optim...
+    workdir: where each task's seeds, results.json and results.md go; a rerun reuses the
+      seeds already finished with the same settings.
+  Returns:
+    The content of results.json: per task, every seed's record and the seed means with
+    bootstrap intervals; the GLUE average over the tasks that ran.
+  """
   workdir = os.fspath(workdir)
   is_chief = jax.process_index() == 0
   mesh, axis_rules, pretrained, tasks = preflight(config, workdir)
