@@ -323,6 +323,9 @@ def test_the_1000_step_point_is_re_read_at_another_rate_beside_the_long_study(tm
   assert s['rates']['0.002']['losses'] == {'0': 4.7, '1': 4.9, '2': 4.9}
   assert s['rates']['0.002']['gap']['per_seed'] == pytest.approx([0.3, 0.4, 0.4])
   assert s['rates']['0.002']['gap']['delta_nats'] == pytest.approx(1.1 / 3)
+  text = '\n'.join(study_rotary_report.reread_section({'reread': s}))
+  assert 'at 0.004 (the long study\'s choice, on its seed 100) 5.100 / 5.200 / 5.300' in text
+  assert 'At 0.002 (trained here): `standard` 4.700 / 4.900 / 4.900; `shared` minus `standard` +0.367' in text
 
 
 def test_the_device_preset_has_the_same_arms_and_selection_and_runs_at_toy_size(tmp_path):

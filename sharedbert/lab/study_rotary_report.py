@@ -106,6 +106,33 @@ def equivalence_table(summary: dict) -> list[str]:
   return lines
 
 
+def reread_section(summary: dict) -> list[str]:
+  """The long study's shortest horizon read at another rate (summary.json `reread`)."""
+  r = summary.get('reread')
+  if not r:
+    return []
+  steps = r['steps']
+  long_losses = ' / '.join(_num(x) for x in r['long_losses'].values())
+  lines = ['', f'## The long study\'s {steps:,}-step point, re-read', '',
+           f'`standard` at {steps:,} steps, verdict seeds {", ".join(r["long_losses"])}: at '
+           f'{r["long_lr"]:g} (the long study\'s choice, on its seed 100) {long_losses}.']
+  shared = r['shared_long']
+  gap = r['gap_at_long_lr']
+  lines.append(f'`shared` (the long study\'s runs: {shared["lr"]:g}, {shared["init"]} diagonals) '
+               f'minus `standard`: {_num(gap["delta_nats"], sign=True)} {_interval(gap)} at '
+               f'{r["long_lr"]:g}.')
+  for lr, e in r['rates'].items():
+    losses = ' / '.join(_num(x) for x in e['losses'].values()) or 'not finished'
+    text = f'At {lr} (trained here): `standard` {losses}'
+    if 'gap' in e:
+      text += (f'; `shared` minus `standard` {_num(e["gap"]["delta_nats"], sign=True)} '
+               f'{_interval(e["gap"])} ({len(e["gap"]["seeds"])} seeds)')
+    lines.append(text + '.')
+  lines.append('The `shared` runs are the long study\'s, from another machine; this study\'s '
+               'RUN_NOTES.md says how closely its runs reproduce that machine\'s.')
+  return lines
+
+
 def render(summary: dict, figures: tuple[str, ...] = ()) -> str:
   lines = ['# Does rotary close `shared`\'s gap? (the rotary study, issue 54)', '']
   lines += headline(summary)
@@ -123,6 +150,7 @@ def render(summary: dict, figures: tuple[str, ...] = ()) -> str:
     lines += ['', 'The same contrasts under rotary, reported, not tested:', '']
     lines += [f'- {k}: {e["minuend"]} − {e["subtrahend"]} = {_num(e["delta_nats"], sign=True)}'
               f' {_interval(e)} ({_seeds(e)})' for k, e in descriptive.items()]
+  lines += reread_section(summary)
   lines += ['', '## Selection', ''] + selection_table(summary)
   lines += ['', '## Equivalence', ''] + equivalence_table(summary)
   r = summary['reuse']
