@@ -551,3 +551,15 @@ def test_mirror_verdicts_on_hand_made_seeds():
               for v in probe_direction.verdicts(tasks)}
   assert verdicts[('symmetric', 'rotary')] == 'refuted'
   assert verdicts[('shared', 'rotary')] == 'refuted'
+
+
+def test_a_variants_own_setting_reaches_its_probe_model_and_the_masa_script_reads_it():
+  """config.model may hold a variant's own setting (masa_coefficient_init): masa gets it,
+  and the masa_init script's configs and condition numbers are what it reports."""
+  from sharedbert.lab import masa_init
+  config = masa_init.config_for('one_hot')
+  cfg = probe.model_config(config, 'masa', 'induction')
+  assert cfg.masa_coefficient_init == 'one_hot' and cfg.attention == 'masa'
+  params = {'bert': {'shared_attention': {
+      'q': {'coefficients': np.eye(2)}, 'k': {'coefficients': np.diag([1.0, 0.1])}}}}
+  assert masa_init.condition_numbers(params) == {'k': pytest.approx(10.0), 'q': 1.0}

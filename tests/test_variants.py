@@ -657,3 +657,31 @@ def test_pairwise_init_std_sets_the_scale_of_the_initial_scores():
     ratios[std] = np.std(np.sum(paired * q[::-1], -1)) / np.std(np.sum(q * q[::-1], -1))
   assert ratios[1.0] == pytest.approx(np.sqrt(h), rel=0.15)
   assert ratios[1 / np.sqrt(h)] == pytest.approx(1.0, rel=0.15)
+
+
+@pytest.mark.parametrize('scheme', ['normal', 'one_hot', 'orthogonal'])
+def test_masa_coefficient_starts(scheme):
+  """model.masa_coefficient_init, masa's own setting: one-hot puts layer l on atom l mod S,
+  orthogonal is perfectly conditioned; every start gives rows of norm about 1."""
+
+  for layers, atoms in ((2, 2), (6, 2), (2, 4)):
+    c = np.asarray(masa_lib.coefficient_initializer(scheme, layers, atoms)(
+        jax.random.key(0), (layers, atoms), jnp.float32))
+    assert c.shape == (layers, atoms)
+    if scheme == 'one_hot':
+      np.testing.assert_array_equal(c, np.eye(atoms)[np.arange(layers) % atoms])
+    if scheme == 'orthogonal':
+      gram = c.T @ c if layers >= atoms else c @ c.T
+      scale = layers / atoms if layers >= atoms else 1.0
+      np.testing.assert_allclose(gram, scale * np.eye(min(layers, atoms)), atol=1e-5)
+      np.testing.assert_allclose(np.mean(np.sum(c ** 2, axis=1)), 1.0, atol=1e-5)
+  cfg = ModelConfig.from_config({'attention': 'masa', 'masa_coefficient_init': scheme})
+  assert cfg.masa_coefficient_init == scheme
+
+
+def test_masa_coefficient_init_is_masas_alone():
+  with pytest.raises(UserError, match='masa_coefficient_init must be one of'):
+    ModelConfig.from_config({'attention': 'masa', 'masa_coefficient_init': 'eye'})
+  with pytest.raises(UserError, match='unknown model config keys'):
+    ModelConfig.from_config({'attention': 'standard', 'masa_coefficient_init': 'one_hot'})
+  assert ModelConfig(attention='masa').masa_coefficient_init == 'normal'  # Its default.

@@ -142,7 +142,11 @@ def model_config(config, variant: str, task: str | None = None):
   """The encoder's ModelConfig: configs' tiny model, then config.model, then the task's
   own model keys (config.<task>.model), sized to the data."""
   m = sb_config.model_config(variant, 'tiny')
+  own = attention_lib.VARIANTS[variant].settings  # The variant's own settings (masa's init).
   for key, value in list(config.model.items()) + list(task_model(config, task).items()):
+    if key not in m and key in own:
+      m[key] = value
+      continue
     if key not in m:
       raise UserError(f'config.model.{key} is not a model key; known: {", ".join(sorted(m))}')
     if key in ('attention', 'vocab_size', 'max_position_embeddings'):
@@ -298,9 +302,11 @@ class Trainer:
     self.evaluate = jax.jit(evaluate)
     self._rng = jax.random.key
 
-  def train(self, config, task: str, seed: int, eval_data) -> dict:
-    """Trains from scratch; returns the accuracy curve and the final figures."""
+  def train(self, config, task: str, seed: int, eval_data, *, keep_params: bool = False) -> dict:
+    """Trains from scratch; returns the accuracy curve and the final figures (and, with
+    `keep_params`, the initial and final parameters under 'params')."""
     state = self.init(self._rng(seed), self._rng(10_000 + seed))
+    initial = jax.device_get(state.params) if keep_params else None
     every = int(config.eval_every_steps)
     chunks = int(config.total_steps) // every
     curve = [self._eval_point(state.params, eval_data, 0, None)]
@@ -318,7 +324,10 @@ class Trainer:
         logging.warning('probe: %s %s seed %d: %d non-finite step(s) skipped by step %d',
                         self.variant, task, seed, int(np.sum(~np.isfinite(losses))),
                         (c + 1) * every)
-    return {'curve': curve, 'train_s': train_s}
+    out = {'curve': curve, 'train_s': train_s}
+    if keep_params:
+      out['params'] = {'init': initial, 'trained': jax.device_get(state.params)}
+    return out
 
   def _eval_point(self, params, eval_data, step: int, train_loss) -> dict:
     correct, total, by_kind, count = (np.asarray(x) for x in self.evaluate(params, eval_data))

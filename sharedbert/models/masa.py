@@ -36,6 +36,26 @@ def masa_atom_shape(config, projection_type: str):
   return (s, d, n, h), ('atoms', 'embed', 'heads', 'kv')
 
 
+COEFFICIENT_INITS = ('normal', 'one_hot', 'orthogonal')
+
+
+def coefficient_initializer(scheme: str, num_layers: int, num_atoms: int):
+  """The [L, S] coefficients' start (model.masa_coefficient_init), each row of norm about 1
+  so that every layer's W starts at BERT's initial scale:
+    normal      N(0, 1/S): every layer a random mix of every atom (the default);
+    one_hot     layer l on atom l mod S alone (with S < L, layers l and l + S start tied);
+    orthogonal  a random orthogonal matrix (rows orthonormal for L <= S, columns scaled by
+                sqrt(L/S) beyond), so every layer mixes every atom, perfectly conditioned."""
+  if scheme == 'normal':
+    return nn.initializers.normal(1.0 / math.sqrt(num_atoms))
+  if scheme == 'one_hot':
+    return lambda key, shape, dtype=jnp.float32: jnp.eye(
+        num_atoms, dtype=dtype)[jnp.arange(shape[0]) % num_atoms]
+  if scheme == 'orthogonal':
+    return nn.initializers.orthogonal(scale=math.sqrt(max(1.0, num_layers / num_atoms)))
+  raise ValueError(f'unknown masa_coefficient_init {scheme!r}')
+
+
 class MasaTypeDictionary(nn.Module):
   """One projection type's atoms [S, ...] and coefficients [L, S]."""
   config: Any
@@ -46,12 +66,10 @@ class MasaTypeDictionary(nn.Module):
     c = self.config
     shape, names = masa_atom_shape(c, self.projection_type)
     atoms = self.param('atoms', kernel_init(c.initializer_range, names), shape, c.param_dtype)
-    # Coefficients ~ N(0, 1/S): sum_s c^2 is about 1, so each layer's W starts at BERT's
-    # initial scale, and the layers start different from each other.
     num_atoms = masa_num_atoms(c)
     coefficients = self.param('coefficients', nn.with_logical_partitioning(
-        nn.initializers.normal(1.0 / math.sqrt(num_atoms)), ('layers', 'atoms')),
-        (c.num_layers, num_atoms), c.param_dtype)
+        coefficient_initializer(c.masa_coefficient_init, c.num_layers, num_atoms),
+        ('layers', 'atoms')), (c.num_layers, num_atoms), c.param_dtype)
     return {'atoms': atoms, 'coefficients': coefficients}
 
 
@@ -111,6 +129,8 @@ class MasaAttention(AttentionBase):
     return masa_num_atoms(config) == 4 and sorted(config.masa_projections) == sorted('qkvo')
 
   conversion_fits = ('pca',)
+  # The coefficients' start (coefficient_initializer); it changes no shape, only the init.
+  settings = {'masa_coefficient_init': 'normal'}
 
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
@@ -130,6 +150,9 @@ class MasaAttention(AttentionBase):
     if not p or set(p) - set(MASA_TYPES) or len(set(p)) != len(p):
       raise UserError(f'model.masa_projections must be distinct letters of "qkvo" (e.g. "qkvo" '
                       f'or "qk"), got {p!r}')
+    if config.masa_coefficient_init not in COEFFICIENT_INITS:
+      raise UserError(f'model.masa_coefficient_init must be one of '
+                      f'{", ".join(COEFFICIENT_INITS)}, not {config.masa_coefficient_init!r}')
     if config.masa_atoms < 0:
       raise UserError(f'model.masa_atoms must be positive, or 0 for ceil(num_layers / 3); got '
                       f'{config.masa_atoms}')
