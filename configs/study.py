@@ -345,12 +345,13 @@ def rotary_config(preset: str, args: dict) -> ml_collections.ConfigDict:
             'shared_qk+rotary', 'shared+rotary+phi1', 'symmetric+rotary+phi1')
   R.headline_arms = ('standard', 'shared', 'standard+rotary', 'shared+rotary')
   # ---- Sizing: every key that sets what the cpu_rotary study costs, in this one block. ----
-  # 2,000 steps of 2,048 tokens (4.1M), where the long study's gap is open. Measured
-  # 2026-12-07 on this kind of machine: 0.165-0.176 s a step on one core, 5 s for a
-  # held-out evaluation, so about 6.5 minutes a run and about 3.5 a run with two at a time.
-  # Selection: 3 rates (4x) on 2 seeds for 12 arms (72 runs, less the long study's 9
-  # identical ones), one widening step; verdict: 8 seeds for the headline's 4 arms, 4 for
-  # the other 8 (64 runs, less up to 9 identical ones). About 125 runs: under 8 hours.
+  # 2,000 steps of 2,048 tokens (4.1M), where the long study's gap is open. Selection: 3
+  # rates (4x) on 2 seeds for 12 arms (72 runs), one widening step; verdict: 8 seeds for
+  # the headline's 4 arms, 4 for the other 8 (64 runs); the 1,000-step re-read (3 runs).
+  # Up to 18 runs could come from the long study (reuse, below); in the reference run its
+  # check failed, so all 139 train. Measured 2026-12-07: 0.18-0.22 s a step per run with
+  # both workers training, 5 s a held-out evaluation: about 7 minutes a run, about 8 hours
+  # for the plan two at a time (docs/study_cpu_rotary/RUN_NOTES.md).
   # The rates: at 2,000 steps the long study's sweeps chose 4e-3 for four of six variants
   # and 1e-3 was the worst for all six, so the grid centres on 4e-3.
   R.steps = 2000
