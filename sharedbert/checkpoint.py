@@ -377,8 +377,15 @@ def tree_shapes(tree) -> dict[str, tuple]:
 
 
 def saved_part(workdir: str, step: int, part: tuple[str, ...] = ('params',)):
-  """The metadata tree (leaves with .shape and .dtype) of `part` of checkpoint `step`'s
-  train state, without reading an array; None if the checkpoint has no such part."""
+  """The metadata of `part` of a checkpoint's train state, reading no array.
+
+  Args:
+    workdir: the run's --workdir.
+    step: a completed checkpoint step.
+    part: the keys from the state's root to the part, as read_part takes them.
+  Returns:
+    The part's tree, leaves with .shape and .dtype; None if the checkpoint has no such part.
+  """
   handler = ocp.PyTreeCheckpointHandler()
   try:
     meta = handler.metadata(_state_path(workdir, step))
@@ -414,8 +421,17 @@ def read_part(workdir: str, step: int, target, part: tuple[str, ...] = ('params'
 
 def epoch_manager(seed_dir: str, *, max_to_keep: int | None = None, best_fn=None,
                   read_only: bool = False) -> ocp.CheckpointManager:
-  """The orbax manager of a fine-tuned seed's models (SEED_DIR/checkpoints, one step per
-  kept epoch; items `params` and JSON `meta`), synchronous: an epoch's save is small."""
+  """The orbax manager of a fine-tuned seed's models, synchronous: an epoch's save is small.
+
+  Args:
+    seed_dir: the seed's folder; its models go to SEED_DIR/checkpoints, one step per kept
+      epoch, with items `params` and JSON `meta`.
+    max_to_keep: epochs kept (None: all).
+    best_fn: meta -> score, to keep the best epochs instead of the last.
+    read_only: open for reading (nothing is created).
+  Returns:
+    The orbax CheckpointManager; the caller closes it.
+  """
   kw = {} if max_to_keep is None else {'max_to_keep': int(max_to_keep)}
   if best_fn is not None:
     kw.update(best_fn=best_fn, best_mode='max')
@@ -428,8 +444,16 @@ def epoch_manager(seed_dir: str, *, max_to_keep: int | None = None, best_fn=None
 
 
 def save_epoch(manager: ocp.CheckpointManager, epoch: int, params, meta: dict) -> None:
-  """Saves a fine-tuned epoch (params, and meta with its dev `score`, which the manager
-  ranks by) and waits: the next training step donates (frees) these params."""
+  """Saves a fine-tuned epoch and waits: the next training step donates (frees) the params.
+
+  Args:
+    manager: epoch_manager's.
+    epoch: the step to save as.
+    params: the classifier's parameters.
+    meta: JSON with the epoch's dev `score`, which a best-epoch manager ranks by.
+  Returns:
+    None.
+  """
   manager.save(epoch, args=ocp.args.Composite(params=ocp.args.PyTreeSave(params),
                                               meta=ocp.args.JsonSave(meta)),
                metrics={'score': meta['score']})

@@ -71,7 +71,16 @@ def _mean_metrics(history: list[dict]) -> dict:
 
 def evaluate(eval_fn, params, batches, mesh) -> dict:
   """Held-out MLM loss and accuracy over `batches` (sums over every masked token, then
-  divided)."""
+  divided).
+
+  Args:
+    eval_fn: the jitted eval step (pretrain_step.jit_steps): (params, batch) -> sums.
+    params: the model's parameters.
+    batches: this process's held-out batches (dicts of numpy arrays, as mask_rows makes).
+    mesh: the device mesh they are assembled on.
+  Returns:
+    {'eval_loss', 'eval_mlm_accuracy', 'eval_majority_accuracy', 'eval_masked_tokens'}.
+  """
   sums = {'loss_sum': 0.0, 'weight': 0.0, 'correct': 0.0}
   for b in batches:
     out = jax.device_get(eval_fn(params, sharding.global_batch(b, mesh)))
@@ -177,7 +186,17 @@ def preflight(config, workdir: str | None = None) -> Plan:
   """Every check of a pretraining run that a user's mistake can fail, before anything is
   written: the config's values (model, data, optimizer; config/checks.py), the mesh and
   the batch's split over it, the corpus, and with `workdir` its path and what it holds
-  (check_workdir; only read). Returns the run's Plan."""
+  (check_workdir; only read).
+
+  Args:
+    config: the pretraining config.
+    workdir: the run's --workdir, or None to check the config alone.
+  Returns:
+    The run's Plan: its ModelConfig, mesh and axis rules, and whether an old run is set
+    aside.
+  Raises:
+    UserError: one line saying what to change.
+  """
   model_cfg = config_checks.pretrain(config)
   mesh = sharding.make_mesh(config.mesh)
   if config.data.batch_size % sharding.data_parallel_size(mesh):
@@ -195,9 +214,13 @@ def preflight(config, workdir: str | None = None) -> Plan:
 def check_workdir(config, workdir: str, model_cfg: ModelConfig | None = None) -> bool:
   """Checks what the workdir holds against the config, before anything is written.
 
-  Returns True when the old run must be set aside: its checkpoint is of another model and
-  config.restart is set. Without config.restart that is a UserError. `model_cfg` is the
-  config's model (built from config.model when not given).
+  Args:
+    config: the pretraining config.
+    workdir: the run's --workdir.
+    model_cfg: the config's model (built from config.model when not given).
+  Returns:
+    True when the old run must be set aside: its checkpoint is of another model and
+    config.restart is set (without config.restart that is a UserError).
   """
   if model_cfg is None:
     model_cfg = ModelConfig.from_config(config.model)
@@ -544,7 +567,16 @@ def _fill_mask_examples(config, model, params, tokenizer, mesh, axis_rules) -> l
 
 
 def write_summary(workdir: str, last: dict, examples: list[dict], train_seconds: float):
-  """WORKDIR/summary.json: the final held-out figures beside the floor to beat, printed too."""
+  """WORKDIR/summary.json: the final held-out figures beside the floor to beat, printed too.
+
+  Args:
+    workdir: the run's --workdir.
+    last: the last logged metrics (train_and_evaluate's).
+    examples: fill_mask answers on fixed sentences.
+    train_seconds: the wall time of the training loop.
+  Returns:
+    None: it writes the file and logs the accuracy beside the floor.
+  """
   summary = {k: last[k] for k in ('step', 'eval_mlm_accuracy', 'eval_majority_accuracy',
                                   'eval_masked_tokens', 'eval_loss', 'loss') if k in last}
   summary['train_seconds'] = round(train_seconds, 1)

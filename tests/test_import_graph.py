@@ -304,9 +304,10 @@ def test_no_module_is_over_600_lines():
 
 # The core's public API: what a caller composes (flax's lm1b documents each the same way).
 DOCUMENTED_API = {
-    'sharedbert.train': ['train_and_evaluate'],
+    'sharedbert.train': ['train_and_evaluate', 'preflight', 'check_workdir', 'evaluate',
+                         'write_summary'],
     'sharedbert.runs': ['open_run', 'restore', 'restore_classifier'],
-    'sharedbert.checkpoint': ['read_part'],
+    'sharedbert.checkpoint': ['read_part', 'saved_part', 'epoch_manager', 'save_epoch'],
     'sharedbert.pretrain_step': ['init_params', 'state_shardings', 'create_train_state',
                                 'abstract_state', 'mlm_loss', 'train_step', 'eval_step',
                                 'jit_steps'],
