@@ -25,6 +25,9 @@ Metrics (`evaluate`): as the official evaluate-v1.1.py and evaluate-v2.0.py defi
 lower-case, drop punctuation and the articles a/an/the, collapse whitespace; exact match
 and token F1, the best over the gold answers; v2 adds HasAns_* / NoAns_* and an
 unanswerable question's gold answer is the empty string. Figures x100 as the scripts print.
+
+Fine-tuning: `SquadTask` is SQuAD as a Task (tasks/task.py); the task runner
+(tasks/runner.py) trains and scores it, as it does any task.
 """
 
 from __future__ import annotations
@@ -35,23 +38,20 @@ import json
 import os
 import re
 import string
-import time
 from typing import Optional, Sequence
 
 import numpy as np
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
 from sharedbert.errors import UserError
-from sharedbert import config as sb_config
 from sharedbert import optim as optim_lib
-from sharedbert import sharding
 from sharedbert.models import bert
 from sharedbert.tasks import engine
-from sharedbert.tasks import pretrained as pretrained_lib
+from sharedbert.tasks import runner
+from sharedbert.tasks import task as task_lib
 from sharedbert.utils import jsonio
 
 # ---------------------------------------------------------------------------------------
@@ -460,69 +460,78 @@ def _span_loss(outputs, batch):
   return jnp.sum((ls + le) / 2 * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
+@task_lib.register('squad')
+class SquadTask:
+  """SQuAD `version` ('1.1' or '2.0') as a Task (tasks/task.py): reading, windows, the span
+  head and loss, n-best decoding and the official metrics, with the settings of `squad_cfg`
+  (configs/study.py's `squad` section)."""
+  name = 'squad'
+  bucket = False  # Logits per token: every batch keeps all its columns.
+
+  def __init__(self, squad_cfg, version: str):
+    self.config, self.version = squad_cfg, version
+
+  def examples(self):
+    """(train, dev) questions, each a fixed random subset when the config caps it."""
+    c = self.config
+    train = read_examples(self.version, 'train', data_dir=c.data_dir,
+                          tfds_data_dir=c.tfds_data_dir)
+    dev = read_examples(self.version, 'validation', data_dir=c.data_dir,
+                        tfds_data_dir=c.tfds_data_dir)
+    rng = np.random.default_rng(0)  # One generator: the dev subset follows the train draw.
+    return (engine.subset(train, c.max_train_examples, rng),
+            engine.subset(dev, c.max_eval_examples, rng))
+
+  def featurize(self, examples, tokenizer, *, training: bool) -> task_lib.TaskData:
+    """The questions' windows (`featurize`), with the answers' positions when training."""
+    c = self.config
+    f = featurize(examples, tokenizer, is_training=training, seq_len=c.seq_len,
+                  doc_stride=c.doc_stride, max_query_len=c.max_query_len)
+    arrays = {'input_ids': f.input_ids, 'segment_ids': f.segment_ids}
+    if training:
+      arrays.update(start=f.start_positions, end=f.end_positions)
+    return task_lib.TaskData(arrays, runner.lengths_of(f.input_ids), extra=f)
+
+  def model(self, model_config):
+    """The encoder and a start and end logit per token."""
+    return _qa_model_class()(model_config)
+
+  def loss(self, outputs, batch):
+    """The start and end positions' cross-entropy (`_span_loss`)."""
+    return _span_loss(outputs, batch)
+
+  def predictions(self, outputs, data, examples):
+    """(answers, margins): the best span of each question, and its no-answer margin."""
+    starts, ends = outputs
+    return decode(examples, data.extra, starts, ends, n_best=self.config.n_best,
+                  max_answer_len=self.config.max_answer_len)
+
+  def metrics(self, predictions, examples) -> dict:
+    """The official figures (`evaluate_predictions`)."""
+    answers, margins = predictions
+    return evaluate_predictions(examples, answers, margins, self.version)
+
+
 def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,
                           workdir: str, mesh=None) -> dict:
   """Fine-tunes the encoder of the pretraining run `init_from` on SQuAD `version` and
-  scores its dev set; returns the official figures and timings.
+  scores its dev set, through the task runner (tasks/runner.py).
 
-  The task engine (sharedbert.tasks.engine) trains and predicts on `mesh` (default: every
-  device on the data axis); this module keeps the reading, windows, head and metric.
+  Args:
+    squad_cfg: the `squad` section (seq_len, doc_stride, batch_size, lr, ...).
+    version: '1.1' or '2.0'.
+    init_from: the pretraining run's --workdir.
+    seed: the fine-tuning seed.
+    workdir: where predictions_seed_<seed>.json goes.
+    mesh: where the engine runs (default: every device on the data axis).
+  Returns:
+    The official figures ('metrics') and timings, with the run's sizes.
   """
-
   c = squad_cfg
-  pretrained = pretrained_lib.open_pretrained(init_from)
-  train_ex = read_examples(version, 'train', data_dir=c.data_dir, tfds_data_dir=c.tfds_data_dir)
-  dev_ex = read_examples(version, 'validation', data_dir=c.data_dir,
-                         tfds_data_dir=c.tfds_data_dir)
-  rng = np.random.default_rng(0)  # One generator: the dev subset follows the train draw.
-  train_ex = engine.subset(train_ex, c.max_train_examples, rng)
-  dev_ex = engine.subset(dev_ex, c.max_eval_examples, rng)
-  kw = dict(seq_len=c.seq_len, doc_stride=c.doc_stride, max_query_len=c.max_query_len)
-  train_f = featurize(train_ex, pretrained.tokenizer, is_training=True, **kw)
-  dev_f = featurize(dev_ex, pretrained.tokenizer, is_training=False, **kw)
-
-  if mesh is None:
-    mesh = sharding.make_mesh(ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1)))
-  dp = sharding.data_parallel_size(mesh)
-  if c.batch_size % dp:
-    raise UserError(f'squad.batch_size={c.batch_size} is not divisible by the data-parallel '
-                    f'size {dp} (mesh.data * mesh.fsdp)')
-  process = sharding.process_batch_block(mesh)
-  axis_rules = tuple(sb_config.DEFAULT_LOGICAL_AXIS_RULES)
-  model = _qa_model_class()(pretrained.model_config)
-  tx, _ = optim_lib.make_optimizer(optimizer_config(c), -(-len(train_f) // c.batch_size)
-                                   * c.num_epochs)
-  steps = engine.compile_steps(model, tx, _span_loss, mesh, axis_rules)
-  target = pretrained_lib.abstract_encoder(pretrained.model_config, mesh, axis_rules)
-  encoder, step = pretrained_lib.restore_encoder_params(init_from, target)
-  state = steps.init_state(jax.random.key(seed), encoder)
-
-  def arrays(f: Features, training: bool) -> dict:
-    out = {'input_ids': f.input_ids, 'segment_ids': f.segment_ids}
-    if training:
-      out.update(start=f.start_positions, end=f.end_positions)
-    return out
-
-  t0 = time.time()
-  epoch_times = []
-  train_arrays = arrays(train_f, True)
-  for epoch in range(c.num_epochs):
-    t_epoch = time.time()
-    state, losses = engine.fit_epoch(steps.step_fn, state, train_arrays,
-                                     batch_size=c.batch_size, seed=seed, epoch=epoch,
-                                     mesh=mesh, process=process)
-    jax.block_until_ready(losses)
-    epoch_times.append(time.time() - t_epoch)
-  # Logits per token: every batch keeps all the columns (no bucketing).
-  starts, ends = engine.predict(steps.predict_fn, state.params, arrays(dev_f, False),
-                                np.sum(dev_f.input_ids != engine.PAD_ID, axis=1),
-                                batch_size=c.batch_size, mesh=mesh, process=process,
-                                bucket=False)
-  answers, margins = decode(dev_ex, dev_f, starts, ends, n_best=c.n_best,
-                            max_answer_len=c.max_answer_len)
-  metrics = evaluate_predictions(dev_ex, answers, margins, version)
+  result = runner.fit_and_score(
+      SquadTask(c, version), init_from=init_from, optim=optimizer_config(c),
+      num_epochs=c.num_epochs, batch_size=c.batch_size, seed=seed, mesh=mesh,
+      where='squad.batch_size')
+  answers, _ = result.pop('predictions')
   jsonio.write_text(os.path.join(workdir, f'predictions_seed_{seed}.json'), json.dumps(answers))
-  return {'version': version, 'seed': seed, 'pretrained_step': step, 'metrics': metrics,
-          'num_train': len(train_ex), 'num_train_features': len(train_f),
-          'num_dev': len(dev_ex), 'epoch_time_s': [round(t, 2) for t in epoch_times],
-          'wall_s': round(time.time() - t0, 2)}
+  return {'version': version, 'seed': seed, **result}
