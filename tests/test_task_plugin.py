@@ -16,7 +16,7 @@ from sharedbert.models import bert
 from sharedbert.tasks import runner
 from sharedbert.tasks import task as task_lib
 
-from test_finetune import CUE, WORDS, pretrained, tiny_finetune_config  # noqa: F401
+from test_finetune import CUE, WORDS, pretrained, tiny_finetune_config, write_sst2  # noqa: F401
 
 SEQ_LEN = 16
 
@@ -107,6 +107,20 @@ def test_a_registered_task_is_trained_and_scored_by_the_runner(cue_tagging, pret
 
 
 def test_an_unknown_task_names_the_known_ones(cue_tagging):
-  from sharedbert.tasks import squad  # noqa: F401  (registers 'squad')
-  with pytest.raises(UserError, match="unknown task 'nope'; known: cue_tagging, squad"):
+  from sharedbert.tasks import glue_task, squad  # noqa: F401  (they register glue, squad)
+  with pytest.raises(UserError, match="unknown task 'nope'; known: cue_tagging, glue, squad"):
     task_lib.make('nope')
+
+
+def test_a_glue_task_is_a_task_too_and_the_runner_trains_it(pretrained, tmp_path):  # pylint: disable=redefined-outer-name
+  """GLUE's tasks implement the same protocol (GlueTask, which TaskRun builds on): one seed
+  of SST-2 (its label: the cue word) through the runner."""
+  write_sst2(tmp_path / 'glue', {'train': 160, 'dev': 40}, seed=1)
+  c = tiny_finetune_config('task=sst2', pretrained, glue_dir=str(tmp_path / 'glue'))
+  task = task_lib.make('glue', task='sst2', data=c.data)
+  assert task.name == 'sst2' and task.bucket
+  result = runner.fit_and_score(task, init_from=str(pretrained), optim=c.optim, num_epochs=8,
+                                batch_size=16, seed=0)
+  assert (result['num_train'], result['num_dev']) == (160, 40)
+  assert result['metrics']['accuracy'] > 0.9 and result['metrics']['score'] > 0.9, result['metrics']
+  assert result['predictions'].shape == (40,)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import os
 import tempfile
@@ -35,6 +34,7 @@ from sharedbert.errors import UserError
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
 from sharedbert.models.bert import BertForSequenceClassification
+from sharedbert.tasks import task as task_lib
 from sharedbert.tasks.pretrained import PretrainedRun
 from sharedbert.tasks import engine
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -105,6 +105,71 @@ def _predictions(spec, logits: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------
+# A GLUE task as a Task (tasks/task.py).
+
+@task_lib.register('glue')
+class GlueTask:
+  """A GLUE task (data/glue.py's TaskSpec) as a Task: sentence pairs as [CLS] a [SEP] b
+  [SEP], BERT's classifier head, cross-entropy (squared error for STS-B) and the task's
+  metrics. TaskRun, GLUE's seeded flow, reads, featurizes, builds and scores through it;
+  the task runner (tasks/runner.py) can train one seed of it too."""
+  bucket = True
+
+  def __init__(self, task: str, *, data, pooling: str = 'cls'):
+    self.spec = glue.get_task(task)
+    self.name = self.spec.name
+    self.data, self.pooling = data, pooling
+
+  def load(self, split: str) -> list:
+    """A split's examples, from data.glue_dir or tfds."""
+    d = self.data
+    return glue.load_examples(self.spec, split, glue_dir=d.glue_dir or None,
+                              tfds_data_dir=d.tfds_data_dir or None,
+                              skip_malformed=d.skip_malformed)
+
+  def examples(self) -> tuple[list, list]:
+    """(train: a fixed subset of data.max_train_examples when set, the first dev split)."""
+    train = engine.subset(self.load('train'), self.data.max_train_examples)
+    return train, self.load(self.spec.dev_splits[0])
+
+  def features(self, examples, tokenizer) -> Features:
+    """The examples tokenized, each split padded to its longest row, not to seq_len: the
+    same results (padding is masked out), several times faster on short sentences."""
+    seq_len = self.data.seq_len
+    feats = featurize(examples, tokenizer, seq_len, self.spec)
+    return feats.crop(engine.padded_width(feats.lengths, seq_len))
+
+  def featurize(self, examples, tokenizer, *, training: bool) -> task_lib.TaskData:
+    """`features` as the runner takes them (labels, when the examples have them)."""
+    feats = self.features(examples, tokenizer)
+    return task_lib.TaskData(feats.arrays(), feats.lengths, extra=feats)
+
+  def model(self, model_config):
+    """The encoder and the classifier head (config.pooling)."""
+    return BertForSequenceClassification(model_config, self.spec.num_labels,
+                                         pooling=self.pooling)
+
+  def loss(self, logits, batch):
+    """Cross-entropy (squared error for regression), the mean over real rows."""
+    return _loss(logits, batch, self.spec.is_regression)
+
+  def predictions(self, logits, data=None, examples=None) -> np.ndarray:
+    """Class ids (regression: the score) of logits [n, num_labels]."""
+    return _predictions(self.spec, np.asarray(logits, np.float32))
+
+  def metrics(self, predictions, examples) -> dict:
+    """The task's metrics and `score` (fractions), against the examples' labels."""
+    labels = np.asarray([ex.label for ex in examples],
+                        np.float32 if self.spec.is_regression else np.int32)
+    return self.scores(predictions, labels)
+
+  def scores(self, predictions, labels) -> dict:
+    """The task's metrics and its `score` against `labels`."""
+    metrics = glue_metrics.task_metrics(self.spec, predictions, labels)
+    return {**metrics, 'score': glue_metrics.task_score(self.spec, metrics)}
+
+
+# ---------------------------------------------------------------------------------------
 # One task.
 
 class TaskRun:
@@ -115,15 +180,14 @@ class TaskRun:
     self.config = config
     self.encoder_params = encoder_params   # None: from scratch.
     self.pretrained_step = pretrained_step
-    self.spec = spec = glue.get_task(task)
+    self.task = GlueTask(task, data=config.data, pooling=config.pooling)
+    self.spec = spec = self.task.spec
     self.mesh = mesh
     self.axis_rules = axis_rules
     self.workdir = workdir
     self.pretrained = pretrained
     d = config.data
-    load = functools.partial(glue.load_examples, spec, glue_dir=d.glue_dir or None,
-                             tfds_data_dir=d.tfds_data_dir or None,
-                             skip_malformed=d.skip_malformed)
+    load = self.task.load
     t0 = time.time()
     train_examples = load('train')
     self.num_train_total = len(train_examples)
@@ -147,11 +211,7 @@ class TaskRun:
         splits[split] = load(split)
         self.test_splits.append(split)
     tok = pretrained.tokenizer
-    feats = {k: featurize(v, tok, d.seq_len, spec) for k, v in splits.items()}
-    # Each split is padded to its longest sequence, not to seq_len: the same results
-    # (padding is masked out), several times faster on short-sentence tasks.
-    self.features = {k: f.crop(engine.padded_width(f.lengths, d.seq_len))
-                     for k, f in feats.items()}
+    self.features = {k: self.task.features(v, tok) for k, v in splits.items()}
     self.train = self.features['train']
     self.length = self.train.input_ids.shape[1]  # The one compiled training shape.
     truncated = int(np.sum(self.train.lengths >= d.seq_len))
@@ -175,12 +235,8 @@ class TaskRun:
     self.total_steps = self.steps_per_epoch * config.num_epochs
     # Warmup: optim.warmup_fraction of this task's steps.
     tx, _ = optim_lib.make_optimizer(config.optim, self.total_steps)
-    self.model = model = BertForSequenceClassification(pretrained.model_config, spec.num_labels,
-                                                       pooling=config.pooling)
-
-    steps = engine.compile_steps(
-        model, tx, functools.partial(_loss, is_regression=spec.is_regression), mesh,
-        axis_rules)
+    self.model = model = self.task.model(pretrained.model_config)
+    steps = engine.compile_steps(model, tx, self.task.loss, mesh, axis_rules)
     self.state_shardings = steps.state_shardings
     self.init_state, self.step_fn, self.predict_fn = (steps.init_state, steps.step_fn,
                                                       steps.predict_fn)
@@ -203,9 +259,7 @@ class TaskRun:
 
   def featurize(self, examples) -> Features:
     """Examples tokenized as this task's inputs, padded to their longest row."""
-    d = self.config.data
-    feats = featurize(examples, self.pretrained.tokenizer, d.seq_len, self.spec)
-    return feats.crop(engine.padded_width(feats.lengths, d.seq_len))
+    return self.task.features(examples, self.pretrained.tokenizer)
 
   def predict(self, params, features: Features) -> np.ndarray:
     """Logits [n, num_labels] (float32) for every row of `features` (engine.predict:
@@ -222,10 +276,10 @@ class TaskRun:
       feats = self.features[split]
       if label:
         logging.info('%s: scoring %s rows of %s', label, f'{len(feats.labels):,}', split)
-      preds = _predictions(self.spec, self.predict(params, feats))
-      metrics = glue_metrics.task_metrics(self.spec, preds, feats.labels)
-      out[split] = {'predictions': preds, 'metrics': metrics,
-                    'score': glue_metrics.task_score(self.spec, metrics)}
+      preds = self.task.predictions(self.predict(params, feats))
+      metrics = self.task.scores(preds, feats.labels)
+      score = metrics.pop('score')
+      out[split] = {'predictions': preds, 'metrics': metrics, 'score': score}
     return out
 
   def train_epoch(self, state, seed: int, epoch: int):
@@ -335,7 +389,7 @@ class TaskRun:
                               'n': int(len(labels)), 'metrics': v['metrics'],
                               'score': v['score'], 'score_ci': [low, high],
                               'predictions_file': _dev_predictions_name(spec, split)}
-    test_predictions = {s: _predictions(spec, self.predict(params, self.features[s]))
+    test_predictions = {s: self.task.predictions(self.predict(params, self.features[s]))
                         for s in self.test_splits}
     if self.evaluators:
       results = {name: ev.run(params) for name, ev in self.evaluators.items()}

@@ -3,8 +3,8 @@
 A task says what it reads, how its examples become model inputs, its head and loss, and how
 the head's outputs become predictions and metrics. `sharedbert.tasks.runner.fit_and_score`
 trains and scores any task on the task engine (tasks/engine.py), so a task has no flow of
-its own. SQuAD (tasks/squad.py, `SquadTask`) is one; a new task is one module with one
-class, registered by name:
+its own. GLUE's tasks (tasks/glue_task.py, `GlueTask`) and SQuAD (tasks/squad.py,
+`SquadTask`) are two; a new task is one module with one class, registered by name:
 
     @task.register('my_task')
     class MyTask:
@@ -18,8 +18,9 @@ class, registered by name:
       def predictions(self, outputs, data, examples): ...
       def metrics(self, predictions, examples): return {'score': ..., ...}
 
-GLUE's tasks (data/glue.py TaskSpec) still run in their own richer flow
-(tasks/glue_task.TaskRun: epoch checkpoints, the best epoch, seed reuse, submissions).
+GLUE fine-tuning (`sharedbert.main` with configs/glue.py) adds what a benchmark run needs on
+top of the same GlueTask methods (tasks/glue_task.TaskRun: several seeds, epoch
+checkpoints, the best epoch, seed reuse, test-set submissions, bootstrap intervals).
 """
 
 from __future__ import annotations
