@@ -91,6 +91,13 @@ def largest_file(folder: pathlib.Path) -> pathlib.Path:
   return max((p for p in folder.rglob('*') if p.is_file()), key=lambda p: p.stat().st_size)
 
 
+def train_tiny(workdir, *flags) -> Callable[[], None]:
+  """A case's setup: a tiny run of 2 steps in `workdir`, with `flags`."""
+  return lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2', *flags,
+                                           f'--workdir={workdir}'),
+                                cwd=REPO, env=ENV, capture_output=True, check=True)
+
+
 def _config(folder: pathlib.Path) -> dict:
   path = folder / 'config.json'
   return json.loads(path.read_text()) if path.is_file() else {}
@@ -120,9 +127,7 @@ def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
   add(Case('export of a causal model (custom code with its causal mask)', sharedbert(
       'convert_hf', 'export', f'--workdir={causal}', f'--hf_dir={root}/causal_hf'), 0,
       check=lambda r: _config(root / 'causal_hf').get('causal') is True, one_line=False),
-      lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2',
-                                        '--config.model.causal=true', f'--workdir={causal}'),
-                             cwd=REPO, env=ENV, capture_output=True, check=True))
+      train_tiny(causal, '--config.model.causal=true'))
   # 3. Ctrl-C during training and during compilation.
   add(Case('Ctrl-C during pretraining', sharedbert(
       'run', *TINY, '--config.total_steps=400', f'--workdir={root}/ctrl_c'), 130,
@@ -164,10 +169,7 @@ def cases(root: pathlib.Path) -> list[tuple[Case, Callable[[], None]]]:
       'convert_hf', 'export', f'--workdir={nopos}', f'--hf_dir={root}/nopos_hf'), 0,
       check=lambda r: _config(root / 'nopos_hf').get('position_embeddings') == 'none',
       one_line=False),
-      lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2',
-                                        '--config.model.position_embeddings=none',
-                                        f'--workdir={nopos}'),
-                             cwd=REPO, env=ENV, capture_output=True, check=True))
+      train_tiny(nopos, '--config.model.position_embeddings=none'))
   # 10. bench onto a non-UTF-8 --out_md.
   add(Case('bench --out_md=<non-UTF-8 file>', sharedbert(
       'bench', f'--out_md={root}/bad.md', f'--out_json={root}/b.json'), 2,
@@ -258,11 +260,8 @@ def _issue_56(root: pathlib.Path, base: pathlib.Path, add, copy):
       'convert_hf', 'export', f'--workdir={rope}', f'--hf_dir={root}/rope_hf'), 0,
       check=lambda r: _config(root / 'rope_hf').get('model_type') == 'roformer',
       one_line=False),
-      lambda: subprocess.run(sharedbert('run', *TINY, '--config.total_steps=2',
-                                        '--config.model.position_embeddings=rotary',
-                                        '--config.model.pre_layer_norm=false',
-                                        f'--workdir={rope}'),
-                             cwd=REPO, env=ENV, capture_output=True, check=True))
+      train_tiny(rope, '--config.model.position_embeddings=rotary',
+                 '--config.model.pre_layer_norm=false'))
   # 21. A notebook: restore, then transformers' fill-mask pipeline, in one process.
   notebook = (f'import importlib.util, sys\nimport sharedbert\n'
               f'run = sharedbert.restore({str(base)!r})\nrun.fill_mask("the [MASK] .")\n'

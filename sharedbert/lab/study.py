@@ -370,8 +370,15 @@ def long_preflight(config, workdir: str) -> None:
                     'interval needs two seeds)')
   if not L.lrs or min(L.lrs) <= 0:
     raise UserError('long.lrs must list positive learning rates')
-  for run in study_long.every_run(config):
-    config_checks.pretrain(study_long.run_config(config, run))
+  _check_runs_and_data(config, workdir, [study_long.run_config(config, run)
+                                          for run in study_long.every_run(config)])
+
+
+def _check_runs_and_data(config, workdir: str, run_configs) -> None:
+  """What the long and rotary studies check alike: every run config the plan can ask for,
+  the workdir, and the corpus (named by the study's own key when it is wrong)."""
+  for cfg in run_configs:
+    config_checks.pretrain(cfg)
   validation.workdir(workdir)
   try:
     train_lib.preflight(pretrain_config(config, study_long.BASE))
@@ -401,13 +408,8 @@ def rotary_preflight(config, workdir: str) -> None:
                     f'corpus/, --config=configs/study.py:{config.preset},data=DIR')
   study_rotary.check_design(config)
   study_rotary.reusable(config)  # A named summary that is missing or unreadable stops here.
-  for run in study_rotary.every_run(config):
-    config_checks.pretrain(study_rotary.run_config(config, run))
-  validation.workdir(workdir)
-  try:
-    train_lib.preflight(pretrain_config(config, study_long.BASE))
-  except sources.CorpusError as e:
-    raise UserError(str(e).replace(sources.CORPUS_KEY, STUDY_CORPUS_KEY)) from e
+  _check_runs_and_data(config, workdir, [study_rotary.run_config(config, run)
+                                         for run in study_rotary.every_run(config)])
 
 
 def run_rotary_study(config, workdir: str, *, report_only: bool = False) -> str:

@@ -102,9 +102,9 @@ def verdict_seeds(config, arm: str) -> list[int]:
 
 def run_config(config, run: LongRun):
   """The run's pretraining config: the long study's with the arm's position settings."""
-  cfg = study_long.run_config(config, dataclasses.replace(run, variant=parse_arm(run.variant)[0]))
-  cfg.model.update(parse_arm(run.variant)[1])
-  cfg.model.attention = parse_arm(run.variant)[0]
+  variant, model = parse_arm(run.variant)
+  cfg = study_long.run_config(config, dataclasses.replace(run, variant=variant))
+  cfg.model.update(model)
   return cfg
 
 
