@@ -73,6 +73,8 @@ def get_config(arg=None):
   # `evaluators`. None by default; in a config file, e.g.:
   #   config.evaluators.robustness = ml_collections.ConfigDict(dict(levels=(0.0, 0.2),
   #                                                                 noise_seeds=2))
+  #   config.evaluators.sts = ml_collections.ConfigDict()   # Zero-shot STS-B dev Spearman.
+  # Built in: robustness, crossdomain, linear_probe, sts.
   config.evaluators = ml_collections.ConfigDict()
 
   # The fine-tuned classifier of each seed, kept under W/<task>/seed_<s>/checkpoints/<epoch>

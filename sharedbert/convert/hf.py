@@ -231,6 +231,16 @@ def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Par
   return model_cfg, jax.tree.map(np.asarray, run.read(target)), meta, run.step
 
 
+def read_encoder(workdir: str, step: int | None = None):
+  """(model config, encoder params as numpy, tokenizer) of a workdir's checkpoint (the
+  latest unless `step`), on one device."""
+  model_cfg, params, _, _ = read_params(workdir, step)
+  tokenizer = tokenizer_lib.load_workdir(workdir)
+  if tokenizer is None:
+    raise UserError(f'{workdir} holds no vocabulary')
+  return model_cfg, params['bert'], tokenizer
+
+
 def write_checkpoint(workdir: str, config, params: Params, *, source: str,
                      vocab_size: int | None = None):
   """WORKDIR/config.json and a step-0 checkpoint (train.py's layout) holding `params`.

@@ -4,7 +4,9 @@ An evaluator scores a fine-tuned classifier beyond its own dev set. It is made o
 run, `from_config(name, run, **settings)`, and asked once per fine-tuning seed,
 `evaluator.run(params) -> dict | None` (None: nothing to report for this task). `run` is the
 task's `sharedbert.tasks.glue_task.TaskRun`: its `spec`, `features`, `model`, `predict(params,
-features)` and `pretrained.tokenizer`. GLUE fine-tuning runs the evaluators named in
+features)`, `config` and `pretrained` (model_config, tokenizer). Evaluators of the encoder
+alone (`linear_probe`, `sts`) read only `spec`, `features`, `config` and `pretrained`, so a
+caller with an encoder but no classifier (the lab's probes) hands them an `EncoderRun`. GLUE fine-tuning runs the evaluators named in
 `config.evaluators` (each entry: an evaluator's name, holding its settings) and
 stores their results in each seed's metrics.json under `evaluators`; the study runs
 `robustness` and `crossdomain` the same way.
@@ -22,6 +24,7 @@ A new evaluator is one class with `register`:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 from sharedbert.errors import UserError
@@ -35,6 +38,24 @@ class Evaluator(Protocol):
 
 
 EVALUATORS: dict[str, Any] = {}
+
+
+@dataclasses.dataclass
+class EncoderRun:
+  """The part of a TaskRun that evaluators of a frozen encoder read, for callers with an
+  encoder but no classifier to fine-tune.
+
+  Attributes:
+    pretrained: the encoder's `model_config` and `tokenizer`
+      (sharedbert.tasks.pretrained.PretrainedRun).
+    spec: the GLUE task (sharedbert.data.glue.TaskSpec), or None for task-free evaluators.
+    features: split name -> glue_task.Features of that split.
+    config: a fine-tuning config whose `data` section locates GLUE (None: settings only).
+  """
+  pretrained: Any
+  spec: Any = None
+  features: dict = dataclasses.field(default_factory=dict)
+  config: Any = None
 
 
 def register(name: str):

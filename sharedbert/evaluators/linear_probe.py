@@ -7,6 +7,11 @@ predict the largest output; regression tasks (STS-B) regress the score. The ridg
 is chosen on a fixed fifth of the training examples (the same for every encoder), then the
 probe is refit on all of them. Features are standardised with the training set's mean and
 std, so one penalty grid suits every width.
+
+As an evaluator (`linear_probe` in config.evaluators) it probes the encoder of the
+parameters it is given on the run's own train and first dev split: after fine-tuning,
+how linearly the fine-tuned features carry the task; on a pretrained encoder (the study's
+probes, through common.EncoderRun), what pretraining put there.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from sharedbert.errors import UserError
+from sharedbert.evaluators import common
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.models.bert import BertEncoder
 
@@ -105,3 +112,32 @@ def probe(spec, train_x, train_y, dev_x, dev_y, lambdas=LAMBDAS) -> dict:
   metrics = glue_metrics.task_metrics(spec, predictions, dev_y)
   return {'score': glue_metrics.task_score(spec, metrics), 'metrics': metrics,
           'lambda': best, 'selection': selection}
+
+
+@common.register('linear_probe')
+class LinearProbe:
+  """`probe` on the mean-pooled features of the encoder in `params['bert']`, fitted on the
+  run's train split and scored on its first dev split.
+
+  Args:
+    run: a TaskRun or common.EncoderRun (spec, features['train'] and the dev split, and
+      pretrained.model_config).
+    lambdas: the ridge penalties tried on the held-out fifth of the training rows.
+  """
+
+  def __init__(self, run, *, lambdas=LAMBDAS):
+    self.spec = run.spec
+    self.model_config = run.pretrained.model_config
+    self.train = run.features['train']
+    self.dev = run.features[self.spec.dev_splits[0]]
+    if self.train.labels is None or self.dev.labels is None:
+      raise UserError('linear_probe needs labelled train and dev splits')
+    self.lambdas = tuple(float(x) for x in lambdas)
+
+  def run(self, params) -> dict:
+    """{'score', 'metrics', 'lambda', 'selection', 'num_train', 'num_dev'}."""
+    xs = [mean_pooled(self.model_config, params['bert'], f.input_ids, f.segment_ids, f.lengths)
+          for f in (self.train, self.dev)]
+    result = probe(self.spec, xs[0], self.train.labels, xs[1], self.dev.labels, self.lambdas)
+    result.update(num_train=len(self.train), num_dev=len(self.dev))
+    return result

@@ -7,6 +7,10 @@ are from the original's: conversion quality measured on what the model is for.
     all-MiniLM-L6-v2 scores about 0.8 here, a random one about 0.
   layer_errors: the same texts through two encoders of one vocabulary; per layer,
     |h_a - h_b|_F / |h_a|_F over the real tokens.
+
+As an evaluator (`sts` in config.evaluators), `ZeroShotSts` scores the encoder of the
+parameters it is given, whatever task the run fine-tunes: STS-B dev from the run's GLUE
+source (data.glue_dir or data.tfds_data_dir) unless its settings name one.
 """
 
 from __future__ import annotations
@@ -15,22 +19,12 @@ import numpy as np
 import jax.numpy as jnp
 from scipy import stats as sp_stats
 
+from sharedbert.evaluators import common
 from sharedbert.evaluators import linear_probe
-from sharedbert.convert import hf as convert_hf
 from sharedbert.data import glue
-from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError
 from sharedbert.models.bert import BertEncoder
 from sharedbert.tasks import engine
-
-
-def load_encoder(workdir: str):
-  """(model config, encoder params, tokenizer) of a workdir's latest checkpoint."""
-  model_cfg, params, _, _ = convert_hf.read_params(workdir)
-  tokenizer = tokenizer_lib.load_workdir(workdir)
-  if tokenizer is None:
-    raise UserError(f'{workdir} holds no vocabulary')
-  return model_cfg, params['bert'], tokenizer
 
 
 def tokenize(tokenizer, texts, seq_len: int):
@@ -43,9 +37,12 @@ def tokenize(tokenizer, texts, seq_len: int):
   return ids, np.zeros_like(ids), lengths
 
 
-def stsb_dev(glue_dir: str, max_examples: int = 0):
-  """(sentences a, sentences b, gold scores) of STS-B's dev set."""
-  examples = engine.subset(glue.load_examples('stsb', 'validation', glue_dir=glue_dir), max_examples)
+def stsb_dev(glue_dir: str | None, max_examples: int = 0, tfds_data_dir: str | None = None):
+  """(sentences a, sentences b, gold scores) of STS-B's dev set (a fixed subset of
+  `max_examples` when set), from a glue_data folder or else tfds."""
+  examples = engine.subset(glue.load_examples('stsb', 'validation', glue_dir=glue_dir or None,
+                                              tfds_data_dir=tfds_data_dir or None),
+                           max_examples)
   return ([ex.text_a for ex in examples], [ex.text_b for ex in examples],
           np.asarray([ex.label for ex in examples], np.float64))
 
@@ -76,3 +73,34 @@ def layer_errors(cfg_a, params_a, cfg_b, params_b, ids, segments, lengths) -> li
   hb = hidden_states(cfg_b, params_b, ids, segments, lengths)
   return [float(np.linalg.norm((x - y) * mask) / max(np.linalg.norm(x * mask), 1e-30))
           for x, y in zip(ha[1:], hb[1:])]
+
+
+@common.register('sts')
+class ZeroShotSts:
+  """`zero_shot_spearman` of the encoder in `params['bert']` on STS-B dev.
+
+  Args:
+    run: a TaskRun or common.EncoderRun (pretrained.model_config and .tokenizer; its
+      config.data locates GLUE when the settings do not).
+    glue_dir: a glue_data folder holding STS-B ('' : the run's data.glue_dir).
+    tfds_data_dir: tfds's data folder, read when no glue_dir is known.
+    max_examples: a fixed subset of this many pairs (0: all 1,500).
+    seq_len: tokens per sentence, at most the model's positions.
+  """
+
+  def __init__(self, run, *, glue_dir: str = '', tfds_data_dir: str = '',
+               max_examples: int = 0, seq_len: int = 128):
+    data = run.config.data if run.config is not None else None
+    glue_dir = glue_dir or (data.glue_dir if data is not None else '')
+    tfds_data_dir = tfds_data_dir or (data.tfds_data_dir if data is not None else '')
+    self.model_config, self.tokenizer = run.pretrained.model_config, run.pretrained.tokenizer
+    self.pairs = stsb_dev(glue_dir, int(max_examples), tfds_data_dir)
+    if len(self.pairs[2]) < 3:
+      raise UserError(f'sts: {len(self.pairs[2])} STS-B dev pairs; a correlation needs 3 or more')
+    self.seq_len = int(seq_len)
+
+  def run(self, params) -> dict:
+    """{'spearman', 'pairs'}."""
+    rho = zero_shot_spearman(self.model_config, params['bert'], self.tokenizer, self.pairs,
+                             self.seq_len)
+    return {'spearman': rho, 'pairs': len(self.pairs[2])}

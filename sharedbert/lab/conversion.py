@@ -31,7 +31,9 @@ from sharedbert.utils import paths
 from sharedbert.utils import reporting
 from sharedbert.convert import hf as convert_hf
 from sharedbert.convert import shared as convert_shared
+from sharedbert.evaluators import common as evaluators_lib
 from sharedbert.evaluators import sts
+from sharedbert.tasks.pretrained import PretrainedRun
 
 FLAGS = flags.FLAGS
 
@@ -75,8 +77,7 @@ def convert_all(encoder: str, data: str, workdir: str) -> None:
 
 
 def evaluate_all(data: str, workdir: str) -> dict:
-  pairs = sts.stsb_dev(os.path.join(data, 'glue'))
-  original = sts.load_encoder(os.path.join(workdir, 'standard'))
+  original = convert_hf.read_encoder(os.path.join(workdir, 'standard'))
   heldout = sts.tokenize(original[2], convert_shared.sample_texts(
       os.path.join(data, 'corpus'), HELDOUT_TEXTS, split='eval'),
       min(SEQ_LEN, original[0].max_position_embeddings))
@@ -86,15 +87,18 @@ def evaluate_all(data: str, workdir: str) -> dict:
     if os.path.exists(path):
       results[name] = jsonio.read_json(path)
       continue
-    cfg, params, tok = sts.load_encoder(os.path.join(workdir, 'standard' if name == 'original'
-                                                     else name))
+    folder = os.path.join(workdir, 'standard' if name == 'original' else name)
+    cfg, params, tok = convert_hf.read_encoder(folder)
     t0 = time.time()
-    result = {'stsb_spearman': sts.zero_shot_spearman(cfg, params, tok, pairs, SEQ_LEN),
+    stsb = evaluators_lib.from_config(
+        'sts', evaluators_lib.EncoderRun(PretrainedRun(folder, cfg, tok)),
+        glue_dir=os.path.join(data, 'glue'), seq_len=SEQ_LEN).run({'bert': params})
+    result = {'stsb_spearman': stsb['spearman'],
               'layer_errors': sts.layer_errors(original[0], original[1], cfg, params, *heldout),
               'variant': 'standard' if name == 'original' else ARMS[name][0],
               'fit': None if name == 'original' else ARMS[name][1],
               'weighted_by_text': False if name == 'original' else ARMS[name][2],
-              'stsb_pairs': len(pairs[0]), 'heldout_texts': len(heldout[0])}
+              'stsb_pairs': stsb['pairs'], 'heldout_texts': len(heldout[0])}
     result['wall_s'] = round(time.time() - t0, 1)
     jsonio.write_json(path, result)
     logging.info('conversion: %s: STS-B Spearman %.4f', name, result['stsb_spearman'])

@@ -22,7 +22,7 @@ from sharedbert.utils import jsonio
 from sharedbert.utils import reporting
 from sharedbert import sharding
 from sharedbert.data import glue
-from sharedbert.evaluators import linear_probe
+from sharedbert.evaluators import common as evaluators_lib
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert.lab.study_stats import AVERAGE_EXCLUDES, task_title
@@ -96,14 +96,13 @@ def run_all(config, workdir: str, variants, glue_tasks) -> None:
       target = pretrained_lib.abstract_encoder(model_cfg, sharding.make_mesh(cfg.mesh),
                                          sharding.rules(cfg))
       params, _ = pretrained_lib.restore_encoder_params(folder, target)
+    encoder = pretrained_lib.PretrainedRun(folder or '', model_cfg, tokenizer)
     for task in tasks_left:
       spec = glue.get_task(task)
       train, dev = features[task]
-      xs = [linear_probe.mean_pooled(model_cfg, params, f.input_ids, f.segment_ids, f.lengths)
-            for f in (train, dev)]
-      result = linear_probe.probe(spec, xs[0], train.labels, xs[1], dev.labels)
-      result.update(row=row, task=task, seed=seed, num_train=len(train), num_dev=len(dev),
-                    width=run.width, lr=run.lr, init=run.init)
+      view = evaluators_lib.EncoderRun(encoder, spec, {'train': train, spec.dev_splits[0]: dev})
+      result = evaluators_lib.from_config('linear_probe', view).run({'bert': params})
+      result.update(row=row, task=task, seed=seed, width=run.width, lr=run.lr, init=run.init)
       jsonio.write_json(result_file(workdir, row, task, seed), result)
       logging.info('study: linear probe %s seed %d %s: %.4f', row, seed, task, result['score'])
 

@@ -51,13 +51,14 @@ from sharedbert.convert import hf as convert_hf
 from sharedbert.convert import shared as convert_shared
 from sharedbert.data import glue as glue_data
 from sharedbert.data import tokenizer as tokenizer_lib
-from sharedbert.evaluators import sts
+from sharedbert.evaluators import common as evaluators_lib
 from sharedbert.lab import conversion
 from sharedbert.lab.study_stats import task_title
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
 from sharedbert.models.params import load_config_file
 from sharedbert.tasks import finetune
+from sharedbert.tasks.pretrained import PretrainedRun
 
 FLAGS = flags.FLAGS
 ARMS = {  # arm: (what it is, in the report's words)
@@ -219,7 +220,6 @@ def uptrain_arm(config, data: str, workdir: str, arm: str) -> dict:
     jsonio.write_json(plan_path, plan)
   curve_path = os.path.join(directory, 'curve.json')
   curve = jsonio.read_json(curve_path) if os.path.isfile(curve_path) else {}
-  pairs = sts.stsb_dev(os.path.join(data, 'glue'), int(config.stsb_pairs))
   for minutes in config.curve:
     key = minute_key(minutes)
     if key in curve:
@@ -236,9 +236,12 @@ def uptrain_arm(config, data: str, workdir: str, arm: str) -> dict:
       point.update({k: held_out.get(k) for k in ('eval_loss', 'eval_mlm_accuracy',
                                                  'eval_masked_tokens')})
     point['train_minutes'] = train_seconds(run, step) / 60 if step else 0.0
-    cfg, params, tok = sts.load_encoder(run if step else init_dir(workdir, arm))
-    point['stsb_spearman'] = sts.zero_shot_spearman(cfg, params, tok, pairs,
-                                                    int(config.stsb_seq_len))
+    folder = run if step else init_dir(workdir, arm)
+    cfg, params, tok = convert_hf.read_encoder(folder)
+    point['stsb_spearman'] = evaluators_lib.from_config(
+        'sts', evaluators_lib.EncoderRun(PretrainedRun(folder, cfg, tok)),
+        glue_dir=os.path.join(data, 'glue'), max_examples=int(config.stsb_pairs),
+        seq_len=int(config.stsb_seq_len)).run({'bert': params})['spearman']
     if float(minutes) in [float(m) for m in config.glue_at] and step > 0:
       _keep_checkpoint(run, step, snapshot_dir(workdir, arm, minutes))
     curve[key] = point
