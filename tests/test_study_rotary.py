@@ -2,6 +2,7 @@
 seeds, the gated reuse of the long study's runs, its statistics against hand-computed
 cases, and the plumbing end to end at toy size."""
 
+import glob
 import math
 import os
 
@@ -273,11 +274,26 @@ def test_toy_study_end_to_end_with_reuse_and_resume(tmp_path):
   p.eval_batches = 1
   p.log_every_steps = 2
   workdir = str(tmp_path / 'w')
-  # First without reuse: the check run trains with the rest.
+  archive = str(tmp_path / 'archive')
+  # First without reuse: the check run trains with the rest, each archived as it finishes.
   config.rotary.reuse_summary = ''
-  study.run_study(config, workdir)
+  study.run_study(config, workdir, archive=archive)
   s = jsonio.read_json(os.path.join(workdir, 'summary.json'))
   assert s['runs_left'] == 0 and s['runs_trained_here'] == 3 * 4
+  archived = sorted(glob.glob(os.path.join(archive, '*', '*', 'study_done.json')))
+  assert len(archived) == 3 * 4 and os.path.exists(os.path.join(archive, 'vocab.sha256'))
+  # Another machine, the same archive: the vocabulary comes out the same, nothing trains,
+  # and the report's figures are the first workdir's.
+  work3 = str(tmp_path / 'w3')
+  study.run_study(config, work3, archive=archive)
+  assert not glob.glob(os.path.join(work3, 'runs', '*', '*', 'checkpoints'))
+  s3 = jsonio.read_json(os.path.join(work3, 'summary.json'))
+  assert s3['factorial'] == s['factorial'] and s3['effects'] == s['effects']
+  # A workdir given the archive late archives the runs it finished before.
+  late = str(tmp_path / 'late')
+  os.rename(archive, late)
+  study.run_study(config, work3, archive=archive)
+  assert len(glob.glob(os.path.join(archive, '*', '*', 'study_done.json'))) == 3 * 4
   assert s['factorial']['shared+rotary']['against'] == 'standard+rotary'
   assert s['factorial']['shared+rotary']['position_embeddings'] == 'rotary'
   check = LongRun('standard', 4, 1e-3, 100, NA)
@@ -360,3 +376,46 @@ def test_the_device_preset_has_the_same_arms_and_selection_and_runs_at_toy_size(
   stamp = os.path.getmtime(done)
   study.run_study(config, workdir)  # Resumes: every run is finished, nothing retrains.
   assert os.path.getmtime(done) == stamp
+
+
+def test_the_archive_restores_only_runs_of_the_same_config_and_vocabulary(tmp_path):
+  """study_archive: a run archived with another config is left out (it trains again),
+  where the data lives does not count, and an archive of another vocabulary is refused."""
+  from sharedbert.lab import study_archive
+  config = _config()
+  run = LongRun('shared', 2000, 2e-3, 100, NA)
+  cfg = study_rotary.run_config(config, run).to_dict()
+  archive = str(tmp_path / 'archive')
+  study_archive.save(archive, run.variant, run.tag, cfg, {'eval_loss': 4.5})
+  other = LongRun('shared', 2000, 4e-3, 100, NA)
+  stale = study_rotary.run_config(config, run).to_dict()
+  stale['optim']['lr'] = 8e-3  # Archived under 4e-3's tag, trained at another rate.
+  study_archive.save(archive, other.variant, other.tag, stale, {'eval_loss': 9.0})
+  moved = study_rotary.run_config(config, run).to_dict()
+  moved['data']['corpus'] = '/elsewhere/corpus'
+  assert study_archive.same_training(cfg, moved)
+  assert not study_archive.same_training(cfg, stale)
+  workdir = str(tmp_path / 'w')
+
+  def config_of(variant, tag):
+    r = study_long.parse_tag(variant, tag)
+    return study_rotary.run_config(config, r).to_dict()
+
+  n = study_archive.restore(archive, config_of,
+                            lambda v, t: os.path.join(workdir, 'runs', v, t))
+  assert n == 1
+  assert study_long.load_results(workdir) == {run: {'eval_loss': 4.5}}
+  vocab = tmp_path / 'vocab.model'
+  vocab.write_bytes(b'one')
+  study_archive.check_vocab(archive, str(vocab))  # A new archive records it.
+  study_archive.check_vocab(archive, str(vocab))
+  vocab.write_bytes(b'another')
+  with pytest.raises(UserError, match='another vocabulary'):
+    study_archive.check_vocab(archive, str(vocab))
+
+
+def test_the_archive_is_refused_by_a_study_that_reopens_checkpoints(tmp_path):
+  config = load_config_file(os.path.join(study_plan.REPO_CONFIGS, 'study.py'),
+                            'cpu_long,data=/x')
+  with pytest.raises(UserError, match='rotary study'):
+    study.run_study(config, str(tmp_path / 'w'), archive=str(tmp_path / 'a'))

@@ -2,6 +2,8 @@ r"""The controlled study: every variant under one recipe, read from one report.
 
   python -m sharedbert.lab.study --config=configs/study.py:cpu --workdir=W
   python -m sharedbert.lab.study --config=configs/study.py:cpu --workdir=W --report_only
+  python -m sharedbert.lab.study --config=configs/study.py:cpu_rotary,data=DATA --workdir=W \
+      --archive=docs/study_cpu_rotary/runs
 
 Stages, in order (configs/study.py describes every key):
   1. pretraining: each variant from configs/<variant>_base.py:<pretrain.arg> with the
@@ -314,15 +316,21 @@ def preflight(config, workdir: str, variants: list[str]) -> None:
       finetune.check_task_data(cfg, name)
 
 
-def run_study(config, workdir: str, *, report_only: bool = False) -> str:
-  """Runs (or resumes) every stage, then writes W/report.md; returns its path."""
+def run_study(config, workdir: str, *, report_only: bool = False,
+              archive: str | None = None) -> str:
+  """Runs (or resumes) every stage, then writes W/report.md; returns its path. `archive`
+  (the rotary study only; see study_archive.py) keeps finished runs beyond this machine."""
   workdir = os.fspath(workdir)
   if '://' not in workdir:
     workdir = os.path.abspath(workdir)
+  if archive and config.get('design') != 'rotary':
+    raise UserError('--archive keeps only the runs\' done files, and this study reopens '
+                    'its runs\' checkpoints: it is for the rotary study '
+                    '(configs/study.py:cpu_rotary)')
   if config.get('design') == 'long':
     return run_long_study(config, workdir, report_only=report_only)
   if config.get('design') == 'rotary':
-    return run_rotary_study(config, workdir, report_only=report_only)
+    return run_rotary_study(config, workdir, report_only=report_only, archive=archive)
   variants = variants_of(config)
   if not report_only:
     preflight(config, workdir, variants)
@@ -412,7 +420,8 @@ def rotary_preflight(config, workdir: str) -> None:
                                          for run in study_rotary.every_run(config)])
 
 
-def run_rotary_study(config, workdir: str, *, report_only: bool = False) -> str:
+def run_rotary_study(config, workdir: str, *, report_only: bool = False,
+                     archive: str | None = None) -> str:
   """The rotary study (configs/study.py:cpu_rotary): runs or resumes its plan, then writes
   W/report.md and W/summary.json; returns the report's path."""
   if not report_only:
@@ -420,7 +429,7 @@ def run_rotary_study(config, workdir: str, *, report_only: bool = False) -> str:
     write_study_config(config, workdir)
     t0 = time.time()
     study_long.run_all(config, workdir, plan_fn=study_rotary.plan,
-                       config_fn=study_rotary.run_config)
+                       config_fn=study_rotary.run_config, archive=archive)
     logging.info('study: pretraining done (%.0fs)', time.time() - t0)
   path = study_rotary_report.write_report(config, workdir)
   logging.info('study: wrote %s', path)
@@ -438,7 +447,9 @@ def main(argv):
     jax.config.update('jax_compilation_cache_dir', os.path.join(FLAGS.workdir, 'jax_cache'))
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
   with one_line_errors('sharedbert study', FLAGS.verbose, trains=True):
-    run_study(FLAGS.config, FLAGS.workdir, report_only=FLAGS.report_only)
+    run_study(FLAGS.config, FLAGS.workdir, report_only=FLAGS.report_only,
+              archive=FLAGS.archive and (FLAGS.archive if '://' in FLAGS.archive
+                                             else os.path.abspath(FLAGS.archive)))
 
 
 def _define_flags():
@@ -446,6 +457,9 @@ def _define_flags():
                                   lock_config=True)
   flags.DEFINE_string('workdir', None, 'Where the study writes everything.')
   flags.DEFINE_bool('report_only', False, 'Only (re)write the report from finished runs.')
+  flags.DEFINE_string('archive', None, 'The rotary study only: a folder that keeps each '
+                      'finished run\'s done file and config, small enough to commit; a study '
+                      'on another machine given the same folder trains none of them again.')
   flags.DEFINE_bool('verbose', False, 'Show tracebacks of user errors.')
   flags.mark_flags_as_required(['config', 'workdir'])
 

@@ -13,6 +13,7 @@ contain '://', and pass through unchanged.
 
 from __future__ import annotations
 
+import glob
 import os
 import shlex
 import shutil
@@ -44,6 +45,9 @@ class _Files:
 
   def listdir(self, path) -> list[str]:
     return self._remote().listdir(path) if self._tf(path) else os.listdir(path)
+
+  def glob(self, pattern) -> list[str]:
+    return self._remote().glob(pattern) if self._tf(pattern) else glob.glob(pattern)
 
   def makedirs(self, path) -> None:
     if self._tf(path):
