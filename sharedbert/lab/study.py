@@ -69,6 +69,7 @@ from sharedbert.config import validation
 from sharedbert.data import sources
 from sharedbert.evaluators import common as evaluators_lib
 from sharedbert.lab import study_linear
+from sharedbert.lab import study_archive
 from sharedbert.lab import study_long
 from sharedbert.lab import study_long_report
 from sharedbert.lab import study_rotary
@@ -428,8 +429,10 @@ def run_rotary_study(config, workdir: str, *, report_only: bool = False,
     rotary_preflight(config, workdir)
     write_study_config(config, workdir)
     t0 = time.time()
+    on_finished = archive and study_archive.attach(archive, config, workdir,
+                                                   study_rotary.run_config)
     study_long.run_all(config, workdir, plan_fn=study_rotary.plan,
-                       config_fn=study_rotary.run_config, archive=archive)
+                       config_fn=study_rotary.run_config, on_finished=on_finished or None)
     logging.info('study: pretraining done (%.0fs)', time.time() - t0)
   path = study_rotary_report.write_report(config, workdir)
   logging.info('study: wrote %s', path)

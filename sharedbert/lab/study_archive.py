@@ -23,6 +23,8 @@ import os
 from absl import logging
 
 from sharedbert.errors import UserError
+from sharedbert.data import tokenizer as tokenizer_lib
+from sharedbert.lab import study_long
 from sharedbert.lab import study_plan
 from sharedbert.models.bert import ModelConfig
 from sharedbert.utils import jsonio
@@ -115,3 +117,30 @@ def save(archive: str, variant: str, tag: str, cfg: dict, summary: dict) -> None
   folder = os.path.join(archive, variant, tag)
   jsonio.write_json(os.path.join(folder, CONFIG_FILE), cfg, sort_keys=True)
   jsonio.write_json(os.path.join(folder, study_plan.DONE_FILE), summary)
+
+
+def attach(archive: str, config, workdir: str, config_fn):
+  """Readies a long-design study's workdir from the archive (see the module's docstring):
+  the vocabulary checked, archived runs restored, runs the workdir finished before it had
+  the archive archived. Returns the `on_finished(run, summary)` that archives each run that
+  finishes (study_long.run_all's)."""
+  study_long.prepare_vocab(config, workdir, None)
+  check_vocab(archive, os.path.join(workdir, study_long.VOCAB_DIR, tokenizer_lib.VOCAB_FILE))
+
+  def config_of(variant, tag):
+    run = study_long.parse_tag(variant, tag)
+    try:
+      return None if run is None else config_fn(config, run).to_dict()
+    except (KeyError, ValueError, UserError):  # Not a run of this design.
+      return None
+
+  restore(archive, config_of, lambda variant, tag: os.path.join(
+      workdir, study_long.RUNS_DIR, variant, tag))
+
+  def on_finished(run, summary):
+    save(archive, run.variant, run.tag, config_fn(config, run).to_dict(), summary)
+
+  for run, summary in study_long.load_results(workdir).items():
+    if not holds(archive, run.variant, run.tag):
+      on_finished(run, summary)
+  return on_finished

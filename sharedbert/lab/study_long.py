@@ -44,7 +44,6 @@ from sharedbert import train as train_lib
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, max_predictions
 from sharedbert.lab import seed_stats
-from sharedbert.lab import study_archive
 from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert import pretrain_step
@@ -279,7 +278,7 @@ def parse_tag(variant: str, tag: str) -> LongRun | None:
     return None
 
 
-def _prepare_vocab(config, workdir: str, run: LongRun | None) -> None:
+def prepare_vocab(config, workdir: str, run: LongRun | None) -> None:
   """The study's one vocabulary, learned once in W/vocab/ and copied into `run`'s folder,
   so that every run sees the same token ids."""
   import tensorflow as tf
@@ -374,35 +373,14 @@ def eta_minutes(rates: list[float], steps_left: int, workers: int) -> float:
   return float(np.median(rates)) * steps_left / max(1, workers) / 60
 
 
-def run_all(config, workdir: str, *, plan_fn=None, config_fn=None,
-            archive: str | None = None) -> dict:
+def run_all(config, workdir: str, *, plan_fn=None, config_fn=None, on_finished=None) -> dict:
   """Runs (or resumes) the whole plan; returns {run: summary}. `plan_fn(config, results)`
   and `config_fn(config, run)` default to this study's `plan` and `run_config`; another
-  design over LongRuns (study_rotary.py) passes its own. With `archive` (a folder; see
-  study_archive.py), runs archived by another machine are taken from it, and every run
-  that finishes is archived."""
+  design over LongRuns (study_rotary.py) passes its own. `on_finished(run, summary)` is
+  called as each run finishes (study_archive keeps it)."""
   plan_fn = plan_fn or plan
   config_fn = config_fn or run_config
-  if archive:
-    _prepare_vocab(config, workdir, None)
-    study_archive.check_vocab(archive, os.path.join(workdir, VOCAB_DIR,
-                                                    tokenizer_lib.VOCAB_FILE))
-
-    def config_of(variant, tag):
-      run = parse_tag(variant, tag)
-      try:
-        return None if run is None else config_fn(config, run).to_dict()
-      except (KeyError, ValueError, UserError):  # Not a run of this design.
-        return None
-
-    study_archive.restore(archive, config_of,
-                          lambda variant, tag: os.path.join(workdir, RUNS_DIR, variant, tag))
   results = load_results(workdir)
-  if archive:  # Runs this workdir finished before it was given the archive.
-    for run, summary in results.items():
-      if not study_archive.holds(archive, run.variant, run.tag):
-        study_archive.save(archive, run.variant, run.tag, config_fn(config, run).to_dict(),
-                           summary)
   rates = []  # Seconds a step of each run trained from scratch here.
   workers = max(1, int(config.pretrain.workers))
   _, _, left = plan_fn(config, results)
@@ -417,15 +395,14 @@ def run_all(config, workdir: str, *, plan_fn=None, config_fn=None,
   def args_of(run):
     if os.path.isdir(os.path.join(run_dir(workdir, run), 'checkpoints')):
       resumed.add(run)
-    _prepare_vocab(config, workdir, run)
+    prepare_vocab(config, workdir, run)
     logging.info('study: pretraining %s in %s', run.describe(), run_dir(workdir, run))
     return config_fn(config, run), run_dir(workdir, run)
 
   def finished(run, summary):
     results[run] = summary
-    if archive:
-      study_archive.save(archive, run.variant, run.tag, config_fn(config, run).to_dict(),
-                         summary)
+    if on_finished is not None:
+      on_finished(run, summary)
     if run not in resumed:
       rates.append(summary['wall_s'] / run.steps)
     todo, _, count = plan_fn(config, results)
