@@ -15,4 +15,5 @@ def get_config(arg=None):
   config = sb_config.pretrain_config('masa', arg)
   config.model.masa_atoms = 0  # ceil(num_layers / 3)
   config.model.masa_projections = 'qkvo'
+  config.model.masa_coefficient_init = 'normal'  # The coefficients' start (MasaAttention).
   return config

@@ -11,4 +11,7 @@ from sharedbert import config as sb_config
 
 
 def get_config(arg=None):
-  return sb_config.pretrain_config('pairwise', arg)
+  config = sb_config.pretrain_config('pairwise', arg)
+  # The std of each head's P_h at init (PairwiseAttention.settings; Courtois et al.: 1).
+  config.model.pairwise_init_std = 1.0
+  return config

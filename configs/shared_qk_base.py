@@ -11,4 +11,8 @@ from sharedbert import config as sb_config
 
 
 def get_config(arg=None):
-  return sb_config.pretrain_config('shared_qk', arg)
+  config = sb_config.pretrain_config('shared_qk', arg)
+  # d_q and d_k start as shared's (SharedQKAttention.settings).
+  config.model.diag_init = 1.0
+  config.model.diag_init_scheme = 'signs'
+  return config

@@ -543,8 +543,9 @@ def test_resume_check_compares_what_changes_the_model():
   meta = {'model': ModelConfig(attention='masa', num_layers=6, masa_atoms=3).to_dict()}
   with pytest.raises(UserError, match='masa_atoms: checkpoint 3 vs config 2'):
     train._check_compatible(meta, masa, 'W')
-  # Another variant's setting does not matter to `standard`.
-  meta = {'model': ModelConfig(attention='standard', qk_shared_fraction=0.25).to_dict()}
+  # Another variant's setting (in a checkpoint written when every model carried them all)
+  # does not matter to `standard`.
+  meta = {'model': {**ModelConfig(attention='standard').to_dict(), 'qk_shared_fraction': 0.25}}
   train._check_compatible(meta, ModelConfig(attention='standard'), 'W')
   with pytest.raises(UserError, match='hidden_size'):
     train._check_compatible(meta, ModelConfig(attention='standard', hidden_size=384,

@@ -72,7 +72,8 @@ def test_counter_matches_the_products_the_model_runs(attention, one_hot_embeddin
   """For every registered variant: the counter equals the dot_generals JAX traces for the
   forward pass (less the [CLS] pooler, which the MLM loss does not use), and the gradient
   adds twice that (and the word table's one-hot gradient product, when it is on)."""
-  cfg = ModelConfig(attention=attention, one_hot_embeddings=one_hot_embeddings, **TINY)
+  cfg = ModelConfig.from_config({**TINY, 'attention': attention,
+                                 'one_hot_embeddings': one_hot_embeddings})
   b, t, p = 3, 8, 2
   model = BertForPretraining(cfg)
   batch = {

@@ -29,7 +29,7 @@ TINY = dict(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64
 
 
 def config(attention, **kw):
-  return ModelConfig(attention=attention, **{**TINY, **kw})
+  return ModelConfig.from_config({**TINY, **kw, 'attention': attention})
 
 
 def numpy_rotate(x, theta, phase=0.0):

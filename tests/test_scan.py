@@ -35,7 +35,7 @@ TOL = 1e-6  # Relative and absolute: logits reach ~30, where float32 rounding is
 
 
 def configs(attention, **kw):
-  unrolled = ModelConfig(attention=attention, **{**TINY, **kw})
+  unrolled = ModelConfig.from_config({**TINY, **kw, 'attention': attention})
   return unrolled, dataclasses.replace(unrolled, scan_layers=True)
 
 
@@ -181,9 +181,9 @@ def test_a_variant_that_cannot_be_scanned_is_a_user_error():
     scannable = False
   attention_lib.register('needs_int_index')(NeedsIntIndex)
   try:
-    ModelConfig(attention='needs_int_index', **TINY).validate()  # Unrolled: fine.
+    ModelConfig.from_config({**TINY, 'attention': 'needs_int_index'})  # Unrolled: fine.
     with pytest.raises(UserError, match='cannot be scanned'):
-      ModelConfig(attention='needs_int_index', scan_layers=True, **TINY).validate()
+      ModelConfig.from_config({**TINY, 'attention': 'needs_int_index', 'scan_layers': True})
   finally:
     del attention_lib.VARIANTS['needs_int_index']
 

@@ -21,6 +21,7 @@ import pytest
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models import masa as masa_lib
+from sharedbert.lab import attention_stats
 from sharedbert.models import bert as bert_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from test_model import make_inputs
@@ -33,7 +34,9 @@ ATOL = 2e-5
 
 
 def config(attention, **kw):
-  return ModelConfig(attention=attention, **{**TINY, **kw})
+  """TINY as `attention`; of the variant settings in `kw`, those the variant declares (so
+  one call can serve several variants, as one config file's model section does)."""
+  return ModelConfig.from_config({**TINY, **kw, 'attention': attention})
 
 
 INPUTS = make_inputs()
@@ -601,7 +604,7 @@ def test_positive_semi_definite_start_attends_to_itself_more():
   (scores S S^T) put more attention on the token itself than standard does, and shared
   with random-sign diagonals less than with constant ones."""
   ids, segments, mask, _ = INPUTS
-  share = lambda cfg: np.mean(bert_lib.self_attention_shares(cfg, init(cfg), ids, segments,
+  share = lambda cfg: np.mean(attention_stats.self_attention_shares(cfg, init(cfg), ids, segments,
                                                              mask))
   standard = share(config('standard'))
   constant = share(config('shared', diag_init_scheme='constant'))
@@ -622,11 +625,11 @@ def test_attention_statistics_agree_with_the_sown_share_and_see_pairwise_scale(s
     # initializer_range 0.1: at BERT's 0.02 and D=32 every scheme's scores are near 0.
     cfg = config(name.split('_')[0], scan_layers=scan_layers, initializer_range=0.1, **kw)
     params = init(cfg)
-    stats[name] = bert_lib.attention_statistics(cfg, params, ids, segments, mask)
+    stats[name] = attention_stats.attention_statistics(cfg, params, ids, segments, mask)
     assert len(stats[name]) == cfg.num_layers
     np.testing.assert_allclose(
         [layer['self_share'] for layer in stats[name]],
-        bert_lib.self_attention_shares(cfg, params, ids, segments, mask), rtol=1e-4)
+        attention_stats.self_attention_shares(cfg, params, ids, segments, mask), rtol=1e-4)
   mean = lambda name, key: np.mean([layer[key] for layer in stats[name]])
   tokens = np.asarray(mask).sum(-1).max()
   assert 0.5 / tokens < mean('standard', 'self_share') < 2.0 / tokens  # About uniform.
@@ -637,7 +640,7 @@ def test_attention_statistics_agree_with_the_sown_share_and_see_pairwise_scale(s
   # A causal model's hidden keys are out of the spread, as they are out of the softmax.
   causal = config('standard', scan_layers=scan_layers, initializer_range=0.1, causal=True)
   spread = [layer['logit_sd'] for layer in
-            bert_lib.attention_statistics(causal, init(causal), ids, segments, mask)]
+            attention_stats.attention_statistics(causal, init(causal), ids, segments, mask)]
   assert max(spread) < 3 * mean('standard', 'logit_sd')
 
 
@@ -685,3 +688,46 @@ def test_masa_coefficient_init_is_masas_alone():
   with pytest.raises(UserError, match='unknown model config keys'):
     ModelConfig.from_config({'attention': 'standard', 'masa_coefficient_init': 'one_hot'})
   assert ModelConfig(attention='masa').masa_coefficient_init == 'normal'  # Its default.
+
+
+def test_each_variant_owns_its_settings_and_old_flat_configs_still_read():
+  """A variant's settings are its class's (defaults, ranges): ModelConfig takes them by
+  name for that variant only, a config file or checkpoint written when every model carried
+  them all still reads, and equal models compare equal however they were spelled."""
+  shared = ModelConfig(attention='shared', diag_init_scheme='normal')
+  assert shared.diag_init_scheme == 'normal' and shared.diag_init == 1.0
+  assert dict(shared.variant_settings) == {'diag_init': 1.0, 'diag_init_scheme': 'normal'}
+  assert ModelConfig(attention='shared') == ModelConfig(attention='shared', diag_init=1.0)
+  with pytest.raises(TypeError, match="masa_atoms is not a field, nor a setting of the "
+                                      "'shared' attention variant"):
+    ModelConfig(attention='shared', masa_atoms=2)
+  with pytest.raises(AttributeError):
+    ModelConfig(attention='standard').diag_init_scheme
+  # An old flat model section: every variant's settings; each variant keeps its own.
+  old = {**TINY, 'diag_init': 1.0, 'diag_init_scheme': 'constant', 'pairwise_init_std': 0.5,
+         'qk_shared_fraction': 0.25, 'masa_atoms': 2, 'masa_projections': 'qk'}
+  assert ModelConfig.from_config({**old, 'attention': 'standard'}).variant_settings == ()
+  masa = ModelConfig.from_config({**old, 'attention': 'masa'})
+  assert (masa.masa_atoms, masa.masa_projections, masa.masa_coefficient_init) == (2, 'qk',
+                                                                                  'normal')
+  assert ModelConfig.from_config({**old, 'attention': 'pairwise'}).pairwise_init_std == 0.5
+  # replace: a new variant starts from its own defaults; a setting of another is refused.
+  assert masa.replace(attention='shared').variant_settings == ModelConfig(
+      attention='shared').variant_settings
+  assert masa.replace(masa_atoms=3).masa_atoms == 3
+  with pytest.raises(TypeError, match='diag_init'):
+    masa.replace(diag_init=2.0)
+  # Ranges come from the class.
+  for bad, key in ((dict(attention='shared', diag_init_scheme='ones'), 'diag_init_scheme'),
+                   (dict(attention='pairwise', pairwise_init_std=0.0), 'pairwise_init_std'),
+                   (dict(attention='masa', masa_atoms=-1), 'masa_atoms')):
+    with pytest.raises(UserError, match=f'model.{key} must be'):
+      ModelConfig.from_config({**TINY, **bad})
+  # Each config file carries its variant's settings, and no other's.
+  from sharedbert.models.params import load_config_file
+  from sharedbert.utils.paths import REPO_ROOT
+  for variant in ('standard', 'shared', 'shared_qk', 'pairwise', 'partial_qk', 'masa'):
+    model = load_config_file(os.path.join(REPO_ROOT, 'configs', f'{variant}_base.py'),
+                             'tiny').model
+    declared = set(attention_lib.VARIANTS[variant].settings)
+    assert declared <= set(model) and not (attention_lib.setting_names() - declared) & set(model)

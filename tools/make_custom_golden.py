@@ -33,13 +33,21 @@ import numpy as np
 
 from sharedbert.convert import hf_custom
 from sharedbert.convert import hf_layout
+from sharedbert.models import attention as attention_lib
 from sharedbert.models.bert import BertForPretraining, BertForSequenceClassification, ModelConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-4
 BASE = ModelConfig(vocab_size=61, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=24,
-                   max_position_embeddings=24, dropout_rate=0.0, attention_dropout_rate=0.0,
-                   masa_atoms=2, qk_shared_fraction=0.5)
+                   max_position_embeddings=24, dropout_rate=0.0, attention_dropout_rate=0.0)
+# Variant settings of the cases, each taken by the variants that declare it.
+SETTINGS = {'masa_atoms': 2, 'qk_shared_fraction': 0.5}
+
+
+def model(attention: str = 'standard', **changes) -> ModelConfig:
+  """BASE as `attention`, with SETTINGS where that variant has them."""
+  own = {k: v for k, v in SETTINGS.items() if k in attention_lib.VARIANTS[attention].settings}
+  return BASE.replace(attention=attention, **own, **changes)
 
 
 def cases() -> dict[str, tuple[ModelConfig, dict | None]]:
@@ -47,21 +55,21 @@ def cases() -> dict[str, tuple[ModelConfig, dict | None]]:
   turn), a causal and a position-free model, and two classifiers."""
   out = {}
   for i, variant in enumerate(hf_custom.EXPORTABLE):
-    out[variant] = (dataclasses.replace(BASE, attention=variant, pre_layer_norm=bool(i % 2),
-                                        num_layers=3 if variant == 'masa' else 2), None)
+    out[variant] = (model(variant, pre_layer_norm=bool(i % 2),
+                          num_layers=3 if variant == 'masa' else 2), None)
   # Every variant with rotary positions (issue 53), two of them with a query phase and one
   # with another base, in the other LayerNorm placement than its learned-table case.
   for i, variant in enumerate(hf_custom.EXPORTABLE):
     rotary = dict(position_embeddings='rotary', pre_layer_norm=not bool(i % 2),
                   rope_query_phase=0.5 if variant in ('shared', 'symmetric') else 0.0,
                   rope_theta=100.0 if variant == 'pairwise' else 10000.0)
-    out[f'{variant}_rotary'] = (dataclasses.replace(
-        BASE, attention=variant, num_layers=3 if variant == 'masa' else 2, **rotary), None)
-  out['shared_causal'] = (dataclasses.replace(BASE, attention='shared', causal=True), None)
-  out['standard_no_positions'] = (dataclasses.replace(BASE, position_embeddings='none'), None)
+    out[f'{variant}_rotary'] = (model(variant, num_layers=3 if variant == 'masa' else 2,
+                                      **rotary), None)
+  out['shared_causal'] = (model('shared', causal=True), None)
+  out['standard_no_positions'] = (model(position_embeddings='none'), None)
   head = {'num_labels': 3, 'labels': ['a', 'b', 'c'], 'is_regression': False, 'task': 'toy'}
-  out['shared_classifier'] = (dataclasses.replace(BASE, attention='shared'), head)
-  out['masa_classifier_mean'] = (dataclasses.replace(BASE, attention='masa', num_layers=3),
+  out['shared_classifier'] = (model('shared'), head)
+  out['masa_classifier_mean'] = (model('masa', num_layers=3),
                                  {**head, 'pooling': 'mean'})
   return out
 

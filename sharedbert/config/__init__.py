@@ -107,15 +107,8 @@ def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
   m.attention_impl = 'xla'       # 'xla' (einsum softmax) | 'fused' (jax.nn.dot_product_attention)
                                  # | 'cudnn' (the same, cuDNN's kernel on GPUs).
   m.one_hot_embeddings = False   # True: the word table's gradient as a product (TPU-style).
-  # Variant settings (ignored by variants that do not use them).
-  m.diag_init = 1.0              # shared: initial value of d_q, d_k, d_v.
-  # shared: 'signs' | 'constant' | 'normal' (d_q, d_k). 'signs' is the default since the cpu
-  # study (docs/study_cpu): 5.21 nats of held-out loss against 5.54 for 'constant' (one seed).
-  m.diag_init_scheme = 'signs'
-  m.pairwise_init_std = 1.0      # pairwise: std of P_h at init (Courtois et al.: 1).
-  m.qk_shared_fraction = 0.5     # partial_qk: fraction of each head's Q/K columns shared.
-  m.masa_atoms = 4               # masa: dictionary atoms per projection type.
-  m.masa_projections = 'qkvo'    # masa: which projection types use the dictionary.
+  # A variant's own settings (shared's diagonals' start, masa's atoms, ...) are declared by
+  # its class and set in its config file (configs/<variant>_base.py).
   # Positions: 'learned' (BERT's table), 'rotary' (queries and keys rotated by position,
   # RoFormer's RoPE; no table, no length limit) or 'none' (an order-free input).
   m.position_embeddings = 'learned'

@@ -130,11 +130,6 @@ MODEL = {
     'position_embeddings': one_of('learned', 'rotary', 'none'),
     'rope_theta': number(1, low_open=True),
     'rope_query_phase': number(),
-    'diag_init': number(),
-    'diag_init_scheme': one_of('constant', 'signs', 'normal'),
-    'pairwise_init_std': number(0, low_open=True),
-    'qk_shared_fraction': number(0, 1),
-    'masa_atoms': integer(0, text='a positive integer, or 0 for ceil(num_layers / 3)'),
 }
 
 # Learning rates, betas, eps and clipping: shared by pretraining and fine-tuning.
@@ -275,8 +270,8 @@ def check_table(config, table: Mapping[str, Range], prefix: str = ''):
 def model(model_cfg) -> None:
   """The ranges of config.model (a ConfigDict, dict or ModelConfig).
 
-  The attention variant and its own settings (masa_projections, ...) are the variant's
-  `check_config`; ModelConfig.validate runs both.
+  The attention variant's own settings (masa_projections, ...) are checked by its class
+  (`setting_ranges`, `check_config`); ModelConfig.validate runs all of them.
   """
   if not isinstance(model_cfg, Mapping) and not hasattr(model_cfg, 'keys'):
     model_cfg = {f.name: getattr(model_cfg, f.name) for f in dataclasses.fields(model_cfg)}

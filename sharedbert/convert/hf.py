@@ -421,6 +421,9 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   hf_model = model_cfg.to_dict()
   for key in (CUSTOM_KEYS if custom else ARCHITECTURE_KEYS):
     config.model[key] = hf_model[key]
+  if custom:  # The variant's own settings (shared's diagonals' start, masa's atoms, ...).
+    for key, value in model_cfg.variant_settings:
+      config.model[key] = value
   config.hf_checkpoint = os.path.abspath(hf_dir)
   if custom and isinstance(hf_config.get('sharedbert_trained'), dict):
     # How the exported weights were trained: a later export's card says so, not the
@@ -457,10 +460,8 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
 
 
 # The model settings a custom-code folder decides (all of the architecture).
-CUSTOM_KEYS = ARCHITECTURE_KEYS + ('causal', 'rope_theta',
-                                   'rope_query_phase', 'qk_shared_fraction',
-                                   'masa_atoms', 'masa_projections', 'diag_init',
-                                   'diag_init_scheme', 'pairwise_init_std')
+# (with the variant's own settings).
+CUSTOM_KEYS = ARCHITECTURE_KEYS + ('causal', 'rope_theta', 'rope_query_phase')
 
 
 def _custom_params(tensors, model_cfg: ModelConfig, seed: int, where: str):

@@ -38,6 +38,11 @@ AUTO_MAP = {
 # The variants the modeling file implements (its VARIANTS); a new one must be added there.
 EXPORTABLE = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk',
               'kv_shared', 'single', 'q_identity', 'masa')
+# Variant settings config.json carries for every variant, with the defaults of
+# configuration_sharedbert.py: those its PyTorch code reads, and those only a fresh model's
+# initial values depend on (`sharedbert_init`).
+REMOTE_SETTINGS = {'qk_shared_fraction': 0.5, 'masa_atoms': 4, 'masa_projections': 'qkvo'}
+INIT_SETTINGS = {'diag_init': 1.0, 'diag_init_scheme': 'signs', 'pairwise_init_std': 1.0}
 # Where each paper's definition is, for the model card.
 SOURCES = {
     'standard': 'BERT (Devlin et al., arXiv 1810.04805)',
@@ -85,16 +90,18 @@ def config_json(cfg: ModelConfig, head: dict | None = None,
       'pre_layer_norm': cfg.pre_layer_norm, 'causal': cfg.causal,
       'position_embeddings': cfg.position_embeddings, 'rope_theta': cfg.rope_theta,
       'rope_query_phase': cfg.rope_query_phase, 'pooling': 'cls',
-      'qk_shared_fraction': cfg.qk_shared_fraction,
-      # The variant's effective value (masa: 0 atoms means ceil(L/3)).
-      'masa_atoms': attention_lib.VARIANTS[cfg.attention].resolved_settings(
-          cfg.to_dict()).get('masa_atoms', cfg.masa_atoms),
-      'masa_projections': cfg.masa_projections, 'pad_token_id': 0, 'torch_dtype': 'float32',
-      # Unused by the code; kept so that the diagonals' and P's initial values (a fresh
-      # model's, before from_pretrained loads the weights) are the import's too.
-      'sharedbert_init': {'diag_init': cfg.diag_init, 'diag_init_scheme': cfg.diag_init_scheme,
-                          'pairwise_init_std': cfg.pairwise_init_std},
+      'pad_token_id': 0, 'torch_dtype': 'float32',
   }
+  # The settings the PyTorch code reads, for every variant (the configuration class's
+  # defaults where the variant has none of them); masa's atoms at their effective value
+  # (0 means ceil(L/3)).
+  resolved = attention_lib.VARIANTS[cfg.attention].resolved_settings(cfg.to_dict())
+  for key, default in REMOTE_SETTINGS.items():
+    out[key] = resolved.get(key, getattr(cfg, key, default))
+  # Unused by the code; kept so that the diagonals' and P's initial values (a fresh
+  # model's, before from_pretrained loads the weights) are the import's too.
+  out['sharedbert_init'] = {key: getattr(cfg, key, default)
+                            for key, default in INIT_SETTINGS.items()}
   if trained:
     out['sharedbert_trained'] = dict(trained)
   if head is not None:
@@ -117,8 +124,9 @@ def model_config_from_json(hf: dict, where: str = 'config.json') -> ModelConfig:
     raise UserError(f'{where}: model_type is {hf.get("model_type")!r}, not {MODEL_TYPE!r}')
   init = hf.get('sharedbert_init') or {}
   try:
-    cfg = ModelConfig(
-        attention=str(hf['attention_variant']), vocab_size=int(hf['vocab_size']),
+    values = dict(
+        attention=str(hf['attention_variant']),
+        vocab_size=int(hf['vocab_size']),
         hidden_size=int(hf['hidden_size']), num_layers=int(hf['num_hidden_layers']),
         num_heads=int(hf['num_attention_heads']), mlp_dim=int(hf['intermediate_size']),
         max_position_embeddings=int(hf['max_position_embeddings']),
@@ -134,18 +142,16 @@ def model_config_from_json(hf: dict, where: str = 'config.json') -> ModelConfig:
         rope_query_phase=float(hf.get('rope_query_phase', 0.0)),
         qk_shared_fraction=float(hf['qk_shared_fraction']), masa_atoms=int(hf['masa_atoms']),
         masa_projections=str(hf['masa_projections']),
-        **{k: init[k] for k in ('diag_init', 'diag_init_scheme', 'pairwise_init_std')
-           if k in init})
+        **{k: init[k] for k in INIT_SETTINGS if k in init})
   except KeyError as e:
     raise UserError(f'{where} has no {e.args[0]!r}; was it written by sharedbert\'s '
                     'export?') from e
   except (TypeError, ValueError) as e:
     raise UserError(f'{where}: a setting has the wrong type ({e})') from e
-  try:
-    cfg.validate()
+  try:  # Keeps the variant's own settings, drops the others (written for every variant).
+    return ModelConfig.from_config(values)
   except UserError as e:
     raise UserError(f'{where}: {e}') from e
-  return cfg
 
 
 def tensors_from_params(params: dict[str, Any], prefix: str = '') -> dict[str, np.ndarray]:

@@ -222,8 +222,9 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
     header, rows, what, errors_of = fitted.header, fitted.rows, fitted.what, fitted.errors_of
 
   config = convert_hf.read_workdir_config(source)
-  for key in ('attention', 'masa_atoms', 'masa_projections'):
-    config.model[key] = getattr(target_cfg, key)
+  config.model.attention = target_cfg.attention
+  for key, value in target_cfg.variant_settings:  # The target variant's own settings.
+    config.model[key] = value
   convert_hf.write_checkpoint(
       target, config, new_params, vocab_size=meta.get('vocab_size'),
       source=f'{attention} fitted by sharedbert.convert.shared to {os.path.abspath(source)} '

@@ -142,11 +142,13 @@ def model_config(config, variant: str, task: str | None = None):
   """The encoder's ModelConfig: configs' tiny model, then config.model, then the task's
   own model keys (config.<task>.model), sized to the data."""
   m = sb_config.model_config(variant, 'tiny')
-  own = attention_lib.VARIANTS[variant].settings  # The variant's own settings (masa's init).
+  own = attention_lib.VARIANTS[variant].settings  # The variant's own settings (masa's atoms).
   for key, value in list(config.model.items()) + list(task_model(config, task).items()):
     if key not in m and key in own:
       m[key] = value
       continue
+    if key not in m and key in attention_lib.setting_names():
+      continue  # Another variant's setting: config.model serves every variant.
     if key not in m:
       raise UserError(f'config.model.{key} is not a model key; known: {", ".join(sorted(m))}')
     if key in ('attention', 'vocab_size', 'max_position_embeddings'):

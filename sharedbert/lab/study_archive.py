@@ -112,9 +112,12 @@ def holds(archive: str, variant: str, tag: str) -> bool:
 
 
 def save(archive: str, variant: str, tag: str, cfg: dict, summary: dict) -> None:
-  """Archives one finished run: its config, then its done file (so a done file in the
-  archive always has its config beside it)."""
+  """Archives one finished run: its config (less where the data lived on this machine),
+  then its done file (so a done file in the archive always has its config beside it)."""
   folder = os.path.join(archive, variant, tag)
+  cfg = json.loads(json.dumps(cfg))
+  for key in _WHERE_KEYS:
+    cfg.get('data', {}).pop(key, None)
   jsonio.write_json(os.path.join(folder, CONFIG_FILE), cfg, sort_keys=True)
   jsonio.write_json(os.path.join(folder, study_plan.DONE_FILE), summary)
 

@@ -49,6 +49,7 @@ from sharedbert.lab import study_pretrain
 from sharedbert import pretrain_step
 from sharedbert import runs as restore_lib
 from sharedbert.models import attention as attention_lib
+from sharedbert.lab import attention_stats
 from sharedbert.models import bert as bert_lib
 from sharedbert.models import flops as flops_lib
 from sharedbert.models.bert import ModelConfig
@@ -298,7 +299,7 @@ ATTENTION_KEYS = ('self_share', 'top_weight', 'logit_sd')
 
 
 def attention_statistics_of_runs(config, workdir: str) -> dict:
-  """bert.attention_statistics of every factorial verdict run at the factorial horizon, on
+  """attention_stats.attention_statistics of every factorial verdict run at the factorial horizon, on
   the first held-out batch: of its initial weights (the init key train.py derives from its
   seed) and, once it is finished, of its final checkpoint. Where each scheme starts (Q = K
   puts weight on the token itself; pairwise's P_h ~ N(0, 1) starts with large scores) and
@@ -326,11 +327,11 @@ def attention_statistics_of_runs(config, workdir: str) -> dict:
       init_rng, _ = jax.random.split(jax.random.key(run.seed))
       params = nn.unbox(pretrain_step.init_params(bert_lib.BertForPretraining(model_cfg),
                                                   init_rng))
-      entry['init'] = bert_lib.attention_statistics(model_cfg, params, ids, seg, mask)
+      entry['init'] = attention_stats.attention_statistics(model_cfg, params, ids, seg, mask)
     if finished and 'trained' not in entry:
       restored = restore_lib.restore(run_dir(workdir, run), devices=jax.devices()[:1])
       if restored.step == run.steps:  # Its final weights, not a mid-run checkpoint.
-        entry['trained'] = bert_lib.attention_statistics(model_cfg, restored.params, ids, seg,
+        entry['trained'] = attention_stats.attention_statistics(model_cfg, restored.params, ids, seg,
                                                          mask)
     jsonio.write_json(path, cache)
   return cache

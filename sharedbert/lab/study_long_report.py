@@ -99,7 +99,7 @@ def factorial_sentence(summary: dict) -> str:
 
 
 def attention_section(summary: dict) -> str:
-  """Where each scheme's attention starts and where training took it: bert.attention_statistics
+  """Where each scheme's attention starts and where training took it: attention_stats.attention_statistics
   of the factorial's verdict runs, means over seeds and layers."""
   att = summary.get('attention') or {}
   if not att:

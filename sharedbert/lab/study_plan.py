@@ -29,8 +29,14 @@ DONE_FILE = 'study_done.json'
 # Configs.
 
 def merge_overrides(config: ml_collections.ConfigDict, override, where: str) -> None:
-  """Sets every leaf of `override` in `config`; a key `config` lacks is a user error."""
+  """Sets every leaf of `override` in `config`; a key `config` lacks is a user error, but
+  for a variant's own setting under `model` (one override serves every variant: each model
+  takes the settings its variant declares, ModelConfig.from_config drops the others)."""
   for key, value in override.items():
+    if (key not in config and where.endswith('.model')
+        and key in attention_lib.setting_names()):
+      config[key] = copy.deepcopy(value)
+      continue
     if key not in config:
       raise UserError(f'{where}.{key} is not a key of the config it overrides; known: '
                       f'{", ".join(sorted(config.keys()))}')

@@ -45,6 +45,7 @@ from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.data.pretrain import PretrainData, max_predictions
 from sharedbert.lab import study_plan
 from sharedbert.models import attention as attention_lib
+from sharedbert.lab import attention_stats
 from sharedbert.models import bert as bert_lib
 from sharedbert.models import flops as flops_lib
 from sharedbert.models import params as params_lib
@@ -74,11 +75,18 @@ class Run:
 # ---------------------------------------------------------------------------------------
 # The plan.
 
+def init_of(cfg) -> str:
+  """The diagonals' start a run's config names (model.diag_init_scheme); the default for
+  a variant with no diagonals, as the study has always recorded it."""
+  return str(cfg.model.get('diag_init_scheme',
+                           attention_lib.DIAG_SETTINGS['diag_init_scheme']))
+
+
 def reference(config, variant: str) -> Run:
   """The run of the study's recipe as configured: the one GLUE fine-tunes."""
   cfg = study_plan.pretrain_config(config, variant)
   return Run(variant, float(cfg.optim.lr), int(cfg.seed), int(cfg.model.hidden_size),
-             str(cfg.model.diag_init_scheme))
+             init_of(cfg))
 
 
 def _unique(runs):
@@ -190,7 +198,7 @@ def run_summary(cfg, run_dir_: str, wall_s: float) -> dict:
   out.update(
       variant=str(cfg.model.attention), wall_s=round(wall_s, 1), total_steps=int(cfg.total_steps), batch_size=int(d.batch_size),
       seq_len=int(d.seq_len), seed=int(cfg.seed), lr=float(cfg.optim.lr),
-      width=int(cfg.model.hidden_size), init=str(cfg.model.diag_init_scheme),
+      width=int(cfg.model.hidden_size), init=init_of(cfg),
       eval_masked_tokens=next((l['eval_masked_tokens'] for l in reversed(lines)
                                if 'eval_masked_tokens' in l), None),
       # BertModel's parameters less its embeddings and pooler (unused by the MLM loss).
@@ -331,7 +339,7 @@ def step0_shares(config, workdir: str, variants) -> dict:
     init_rng, _ = jax.random.split(jax.random.key(run.seed))
     params = bert_lib.BertForPretraining(model_cfg).init(
         init_rng, ids, seg, mask, jnp.zeros((ids.shape[0], 1), jnp.int32))['params']
-    cached[name] = float(np.mean(bert_lib.self_attention_shares(
+    cached[name] = float(np.mean(attention_stats.self_attention_shares(
         model_cfg, nn.unbox(params), ids, seg, mask)))
   jsonio.write_json(path, cached)
   return cached

@@ -45,6 +45,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from sharedbert.config import validation
 from sharedbert.errors import UserError
 from sharedbert.models.attend import attend, attention_logits, self_attention_share
 from sharedbert.models import fit as fit_lib
@@ -60,6 +61,11 @@ Dtype = Any
 
 # Registry: variant name -> module class. Other modules add to it with `register`.
 VARIANTS: dict[str, type[nn.Module]] = {}
+
+
+def setting_names() -> set[str]:
+  """The names of every registered variant's own settings."""
+  return {name for cls in VARIANTS.values() for name in cls.settings}
 
 
 def register(name: str):
@@ -147,8 +153,8 @@ class AttentionBase(nn.Module):
                     many D x D projections with biases and nothing else
     extra_flops     FLOPs that do not scale with the batch (masa's kernels)
     settings        its own model settings with their defaults ({name: default}): config
-                    files set them as model.<name>, ModelConfig reads them as attributes,
-                    `check_config` checks them, and a resumed run must match them
+                    files set them as model.<name>, ModelConfig reads them as attributes
+    setting_ranges  their valid ranges (checked before `check_config`)
     config_keys     its own model settings that change the parameter tree (a resumed run
                     must match them); `resolved_settings` gives their effective values
     export_as       the equivalent model transformers can load, when it is another
@@ -166,6 +172,9 @@ class AttentionBase(nn.Module):
   config_keys: tuple[str, ...] = ()
   # The variant's own settings and their defaults: model.<name> in a config (ModelConfig).
   settings: ClassVar[dict[str, Any]] = {}
+  # The valid range of each of them (sharedbert.config.validation's Ranges), checked by
+  # ModelConfig.validate before `check_config`.
+  setting_ranges: ClassVar[dict[str, Any]] = {}
   # (source, {'qkv'|'attention'|'total': reduction in percent}, total as stated, or None).
   paper_figures: tuple | None = None
   output_names: tuple[str, ...] = ('out',)
@@ -362,11 +371,19 @@ def diag_initializer(scheme: str, value: float):
   return init
 
 
+# The diagonals' start, for the variants that have d_q and d_k (diag_initializer).
+DIAG_SETTINGS = {'diag_init': 1.0, 'diag_init_scheme': 'signs'}
+DIAG_RANGES = {'diag_init': validation.number(),
+               'diag_init_scheme': validation.one_of('constant', 'signs', 'normal')}
+
+
 @register('shared')
 class SharedAttention(AttentionBase):
   """One projection S = xW_s + b_s; the roles are S scaled by per-layer diagonals."""
   query_scaled = True
   symmetric_scores = True  # Q K^T = S diag(d_q * d_k) S^T.
+  settings = DIAG_SETTINGS
+  setting_ranges = DIAG_RANGES
   paper_figures = ('Kowsher et al., arXiv 2412.00359', {'qkv': 66.53, 'total': 12.94}, '95.3M')
 
   @classmethod
@@ -426,6 +443,8 @@ class SharedQKAttention(AttentionBase):
   `shared` it separates score symmetry, self-favouring and tying V (docs/study.md)."""
   query_scaled = True
   symmetric_scores = True
+  settings = DIAG_SETTINGS
+  setting_ranges = DIAG_RANGES
 
   @classmethod
   def param_formula(cls, config):
@@ -484,6 +503,9 @@ class SymmetricAttention(AttentionBase):
 class PairwiseAttention(AttentionBase):
   """Symmetric projections with a learned bilinear form per head: score = Q_h P_h Q_h^T."""
   paper_figures = ('Courtois et al., arXiv 2406.06366', {'total': 6.0}, None)
+  # The std of P_h at init (Courtois et al.: 1; 1/sqrt(H) keeps standard's score scale).
+  settings = {'pairwise_init_std': 1.0}
+  setting_ranges = {'pairwise_init_std': validation.number(0, low_open=True)}
 
   @classmethod
   def param_formula(cls, config):

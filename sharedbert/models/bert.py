@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from typing import Any
 
 import flax.linen as nn
@@ -27,9 +26,22 @@ from sharedbert.config import validation
 Dtype = Any
 
 
-@dataclasses.dataclass(frozen=True)
+# Settings that were ModelConfig fields before each variant declared its own (config
+# files, workdirs and checkpoints written then carry them for every variant):
+# `from_config` drops them where the chosen variant does not declare them.
+LEGACY_SETTINGS = ('diag_init', 'diag_init_scheme', 'pairwise_init_std', 'qk_shared_fraction',
+                   'masa_atoms', 'masa_projections')
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class ModelConfig:
-  """The model's hyperparameters; built from `config.model` by `from_config`."""
+  """The model's hyperparameters; built from `config.model` by `from_config`.
+
+  The fields below are every variant's. A variant's own settings (its class's `settings`,
+  e.g. shared's diag_init_scheme) are keyword arguments too, read as attributes
+  (`model_cfg.diag_init_scheme`) and kept, all of them, in `variant_settings`; a setting the
+  variant does not declare is a TypeError.
+  """
   attention: str = 'standard'
   vocab_size: int = 30522
   hidden_size: int = 768
@@ -49,12 +61,6 @@ class ModelConfig:
   scan_layers: bool = False
   attention_impl: str = 'xla'
   one_hot_embeddings: bool = False
-  diag_init: float = 1.0
-  diag_init_scheme: str = 'signs'
-  pairwise_init_std: float = 1.0
-  qk_shared_fraction: float = 0.5
-  masa_atoms: int = 4
-  masa_projections: str = 'qkvo'
   # 'learned': BERT's table added to the input; 'rotary': queries and keys rotated by their
   # positions (sharedbert/models/rotary.py), no table; 'none': an order-free input.
   position_embeddings: str = 'learned'
@@ -65,6 +71,32 @@ class ModelConfig:
   # The settings a variant declares for itself (its class's `settings`: name -> default),
   # as sorted (name, value) pairs; read as attributes (config.<name>), written flat.
   variant_settings: tuple = ()
+
+  def __init__(self, **values):
+    names = [f.name for f in dataclasses.fields(self)]
+    own = dict(values.pop('variant_settings', ()))
+    fields = {k: values.pop(k) for k in list(values) if k in names}
+    for f in dataclasses.fields(self):
+      object.__setattr__(self, f.name, fields.get(f.name, f.default))
+    declared = getattr(attention_lib.VARIANTS.get(self.attention), 'settings', {})
+    unknown = sorted(set(values) - set(declared))
+    if unknown:
+      raise TypeError(f'ModelConfig: {", ".join(unknown)} is not a field, nor a setting of '
+                      f'the {self.attention!r} attention variant (its settings: '
+                      f'{", ".join(sorted(declared)) or "none"})')
+    # Every declared setting, given or default, so that equal models compare equal; a
+    # carried setting of another variant (after replace(attention=...)) is dropped.
+    own = {k: v for k, v in own.items() if k in declared}
+    own.update(values)
+    object.__setattr__(self, 'variant_settings',
+                       tuple(sorted({**declared, **own}.items())))
+
+  def replace(self, **changes) -> 'ModelConfig':
+    """A copy with `changes` (fields or the variant's settings; on a change of variant,
+    the new variant's settings start from their defaults unless given)."""
+    values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    values.update(changes)
+    return ModelConfig(**values)
 
   def __getattr__(self, name: str):
     # Only reached for names that are not fields: a variant's own setting, or its default.
@@ -87,6 +119,8 @@ class ModelConfig:
     variant = attention_lib.VARIANTS.get(values.get('attention', 'standard'))
     declared = getattr(variant, 'settings', {})
     own = {k: values.pop(k) for k in list(values) if k not in names and k in declared}
+    for key in LEGACY_SETTINGS:  # Another variant's, from an older config: not this model's.
+      values.pop(key, None)
     if own:
       values['variant_settings'] = tuple(sorted(own.items()))
     unknown = set(values) - names
@@ -109,6 +143,8 @@ class ModelConfig:
       raise UserError(f'unknown attention variant {self.attention!r} (config.model.attention); '
                       f'choose one of: {", ".join(sorted(attention_lib.VARIANTS))}')
     variant = attention_lib.VARIANTS[self.attention]
+    for name, valid in variant.setting_ranges.items():
+      valid.check(f'model.{name}', getattr(self, name))
     variant.check_config(self)
     if self.scan_layers and not variant.scannable:
       raise UserError(f'the attention variant {self.attention!r} cannot be scanned (it needs '
@@ -530,57 +566,3 @@ def unstack_layers(tree):
 def to_layout(tree, scan_layers: bool):
   """`tree` in the layout of model.scan_layers=scan_layers, whichever it is in now."""
   return stack_layers(tree) if scan_layers else unstack_layers(tree)
-
-
-def self_attention_shares(model_cfg: ModelConfig, params, input_ids, segment_ids,
-                          input_mask) -> list[float]:
-  """Each layer's mean attention of a token on itself (over heads and real tokens), for
-  the given batch: a diagnostic of an initialisation (e.g. shared's positive
-  semi-definite start) or of a trained model."""
-  positions = jnp.zeros((input_ids.shape[0], 1), jnp.int32)
-  _, state = BertForPretraining(model_cfg).apply(
-      {'params': params}, input_ids, segment_ids, input_mask, positions,
-      mutable=['intermediates'])
-  # Unrolled: one value per layer_<i>; scanned: one [L] array.
-  return [float(x) for v in _sown_by_layer(state['intermediates'], 'self_attention_share')
-          for x in v.reshape(-1)]
-
-
-def _sown_by_layer(collection, name: str) -> list[np.ndarray]:
-  """The values sown under `name` in layer order: one per layer_<i> (unrolled layers), or
-  one with a leading [L] axis (scanned)."""
-  found = [(jax.tree_util.keystr(path), np.asarray(v))
-           for path, v in jax.tree_util.tree_leaves_with_path(collection)
-           if name in jax.tree_util.keystr(path)]
-  layer = lambda key: int(m.group(1)) if (m := re.search(r'layer_(\d+)', key)) else 0
-  return [v for _, v in sorted(found, key=lambda kv: layer(kv[0]))]
-
-
-def attention_statistics(model_cfg: ModelConfig, params, input_ids, segment_ids,
-                         input_mask) -> list[dict[str, float]]:
-  """Per layer, for the given batch, over heads and the real (query, key) pairs:
-  'self_share', the attention a token puts on itself; 'top_weight', the largest weight a
-  token gives any key (1/T is uniform); 'logit_sd', the spread of the scaled scores. A
-  diagnostic of an initialisation (pairwise's P_h ~ N(0, 1) starts with scores about
-  sqrt(head size) times standard's) or of a trained model."""
-  positions = jnp.zeros((input_ids.shape[0], 1), jnp.int32)
-  _, state = BertForPretraining(model_cfg).apply(
-      {'params': params}, input_ids, segment_ids, input_mask, positions,
-      mutable=['attention_logits'])
-  real = np.asarray(input_mask, bool)                                        # [B, T]
-  pairs = real[:, None, :, None] & real[:, None, None, :]                    # [B, 1, T, S]
-  out = []
-  for sown in _sown_by_layer(state['attention_logits'], 'logits'):
-    for logits in (sown if sown.ndim == 5 else sown[None]):                 # [B, N, T, S]
-      # Keys a query may not see (padding, or later tokens of a causal model) sit at the
-      # float32 minimum: out of the spread as they are out of the softmax.
-      seen = pairs & (logits > np.finfo(np.float32).min / 2)
-      logits = logits.astype(np.float64)
-      probs = np.exp(logits - logits.max(-1, keepdims=True))
-      probs /= probs.sum(-1, keepdims=True)
-      rows = np.broadcast_to(real[:, None, :], probs.shape[:3])             # [B, N, T]
-      out.append({
-          'self_share': float(np.diagonal(probs, axis1=-2, axis2=-1)[rows].mean()),
-          'top_weight': float(probs.max(-1)[rows].mean()),
-          'logit_sd': float(logits[seen].std())})
-  return out

@@ -13,6 +13,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from sharedbert.config import validation
 from sharedbert.errors import UserError
 from sharedbert.models.attention import AttentionBase, _dense, kernel_init, matmul, register
 from sharedbert.models import fit as fit_lib
@@ -129,8 +130,12 @@ class MasaAttention(AttentionBase):
     return masa_num_atoms(config) == 4 and sorted(config.masa_projections) == sorted('qkvo')
 
   conversion_fits = ('pca',)
-  # The coefficients' start (coefficient_initializer); it changes no shape, only the init.
-  settings = {'masa_coefficient_init': 'normal'}
+  # S atoms per projection type (0: ceil(L/3)), the types drawn from the dictionary, and
+  # the coefficients' start (coefficient_initializer: it changes no shape, only the init).
+  settings = {'masa_atoms': 4, 'masa_projections': 'qkvo', 'masa_coefficient_init': 'normal'}
+  setting_ranges = {
+      'masa_atoms': validation.integer(0, text='a positive integer, or 0 for ceil(L / 3)'),
+      'masa_coefficient_init': validation.one_of(*COEFFICIENT_INITS)}
 
   @classmethod
   def from_standard(cls, layers, config, fit=None, moments=None):
@@ -150,12 +155,6 @@ class MasaAttention(AttentionBase):
     if not p or set(p) - set(MASA_TYPES) or len(set(p)) != len(p):
       raise UserError(f'model.masa_projections must be distinct letters of "qkvo" (e.g. "qkvo" '
                       f'or "qk"), got {p!r}')
-    if config.masa_coefficient_init not in COEFFICIENT_INITS:
-      raise UserError(f'model.masa_coefficient_init must be one of '
-                      f'{", ".join(COEFFICIENT_INITS)}, not {config.masa_coefficient_init!r}')
-    if config.masa_atoms < 0:
-      raise UserError(f'model.masa_atoms must be positive, or 0 for ceil(num_layers / 3); got '
-                      f'{config.masa_atoms}')
 
   def layer_kernel(self, shared, projection_type: str):
     """This layer's W for one type, or None if that type is not in the dictionary."""

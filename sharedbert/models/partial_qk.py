@@ -9,6 +9,7 @@ import math
 
 import jax.numpy as jnp
 
+from sharedbert.config import validation
 from sharedbert.errors import UserError
 from sharedbert.models.attention import AttentionBase, _dense, register
 
@@ -24,6 +25,8 @@ def shared_qk_width(config) -> int:
 class PartialQKAttention(AttentionBase):
   """The first floor(rho*H) columns of each head's Q and K are shared ('query_key')."""
   config_keys = ('qk_shared_fraction',)
+  settings = {'qk_shared_fraction': 0.5}  # rho: the share of each head's Q/K columns.
+  setting_ranges = {'qk_shared_fraction': validation.number(0, 1)}
 
   @classmethod
   def param_formula(cls, config):
