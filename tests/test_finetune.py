@@ -186,6 +186,16 @@ def test_pretrain_then_finetune_learns_writes_reports_and_resumes(pretrained, ss
   again = finetune.finetune_and_evaluate(c, str(workdir))
   assert os.path.getmtime(workdir / 'sst2' / 'seed_0' / 'metrics.json') == stamp
   assert again['tasks']['sst2']['dev'] == results['tasks']['sst2']['dev']
+  # A seed finished when every model carried every variant's settings is still reused.
+  path = workdir / 'sst2' / 'seed_1' / 'metrics.json'
+  record = json.loads(path.read_text())
+  record['fingerprint']['model'].update(diag_init=1.0, diag_init_scheme='signs',
+                                        pairwise_init_std=1.0, qk_shared_fraction=0.5,
+                                        masa_atoms=4, masa_projections='qkvo')
+  path.write_text(json.dumps(record))
+  stamp = os.path.getmtime(path)
+  finetune.finetune_and_evaluate(c, str(workdir))
+  assert os.path.getmtime(path) == stamp
 
 
 def test_tfds_mock_mnli_from_scratch_with_best_epoch(untrained, tmp_path):

@@ -16,9 +16,8 @@ fit of the same symmetrised score form; values kept. --fit=mean: W_qk = (W_q + W
 --fit_text=TEXT weights both function fits by where each layer's inputs lie on real text
 (the second moment of [x 1] over a fixed sample of TEXT's training paragraphs, through the
 source model): the fit then minimises the expected squared error of the scores and values
-on such inputs instead of treating every input direction alike. On all-MiniLM-L6-v2 it took
-the zero-shot STS-B Spearman of the shared conversion from 0.72 (unweighted) and 0.77
-(rank1) to 0.82 (the original: 0.87; docs/checkpoints.md).
+on such inputs instead of treating every input direction alike (what it buys on a real
+encoder: docs/checkpoints.md).
 
 shared, --fit=rank1: for each layer, W_s, b_s, d_q, d_k, d_v minimise
   sum over r in (q, k, v) of ||[W_r; b_r] - [W_s; b_s] diag(d_r)||_F^2,

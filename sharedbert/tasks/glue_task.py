@@ -33,10 +33,11 @@ from sharedbert.data import glue
 from sharedbert.errors import UserError
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
-from sharedbert.models.bert import BertForSequenceClassification
+from sharedbert.models.bert import BertForSequenceClassification, ModelConfig
 from sharedbert.tasks import task as task_lib
 from sharedbert.tasks.pretrained import PretrainedRun
 from sharedbert.tasks import engine
+from sharedbert.tasks import runner
 from sharedbert.data import tokenizer as tokenizer_lib
 
 SEED_METRICS = 'metrics.json'
@@ -336,41 +337,24 @@ class TaskRun:
       logging.info('%s seed %d: reusing the finished run in %s', spec.name, seed, seed_dir)
       return reused
 
-    state = self.init_state(jax.random.key(seed), self.encoder_params)
-    epochs, best = [], None
-    manager = self._open_models(seed_dir, seed, is_chief)
     t_start = time.time()
-    for epoch in range(1, c.num_epochs + 1):
-      t_epoch = time.time()
-      state, train_loss = self.train_epoch(state, seed, epoch)
+
+    def evaluate(state, epoch):
       dev = self.evaluate_dev(state.params, f'{spec.name} seed {seed} epoch {epoch}')
       interrupts.check('finished seeds are kept; the interrupted one starts over')
-      elapsed = time.time() - t_epoch
-      record = {'epoch': epoch, 'train_loss': train_loss, 'time_s': round(elapsed, 2),
-                'dev': {s: {'metrics': v['metrics'], 'score': v['score']} for s, v in dev.items()}}
-      epochs.append(record)
-      first = dev[spec.dev_splits[0]]
-      if manager is not None:
-        self._save_model(manager, seed_dir, seed, epoch, state.params, record['dev'],
-                         float(first['score']))
-      if c.eval.select_best_epoch and (
-          best is None or first['score'] > best[1][spec.dev_splits[0]]['score']):
-        best = (epoch, dev, jax.tree.map(jnp.copy, state.params))
-      steps_left = ((c.num_epochs - epoch) + seeds_left * c.num_epochs) * self.steps_per_epoch
-      scores = ' '.join(
-          f'{glue_metrics.score_key(spec, s)}: ' + ' '.join(
-              f'{k}={v:.4f}' for k, v in dev[s]['metrics'].items()) for s in spec.dev_splits)
-      logging.info('%s seed %d epoch %d/%d: train_loss=%.4f dev %s (%s; task eta %s)',
-                   spec.name, seed, epoch, c.num_epochs, train_loss, scores,
-                   glue_report.duration(elapsed),
-                   glue_report.duration(steps_left * self.timer.step_time))
+      return dev
 
-    if manager is not None:
-      manager.close()
-    if best is not None:
-      chosen_epoch, dev, params = best
-    else:
-      chosen_epoch, dev, params = c.num_epochs, dev, state.params
+    # In this order: an epoch's model is written before it is chosen or logged.
+    manager = self._open_models(seed_dir, seed, is_chief)
+    hooks = [] if manager is None else [_EpochModels(self, manager, seed_dir, seed)]
+    best = _BestEpoch(spec.dev_splits[0]) if c.eval.select_best_epoch else _LastEpoch()
+    log = _EpochLog(self, seed, seeds_left)
+    hooks += [best, log]
+    runner.train_epochs(self.init_state(jax.random.key(seed), self.encoder_params),
+                        c.num_epochs, lambda state, epoch: self.train_epoch(state, seed, epoch),
+                        evaluate, hooks)
+    chosen_epoch, dev, params = best.epoch, best.dev, best.params
+    epochs = log.records
     record = {
         'task': spec.name, 'seed': seed, 'fingerprint': fingerprint,
         'num_train': len(self.train), 'steps': self.total_steps,
@@ -478,6 +462,72 @@ class TaskRun:
     return glue_metrics.task_score(self.spec, glue_metrics.task_metrics(self.spec, preds, dev))
 
 
+def _epoch_dev(dev: dict) -> dict:
+  """An epoch's dev figures as a seed's record keeps them (no predictions)."""
+  return {s: {'metrics': v['metrics'], 'score': v['score']} for s, v in dev.items()}
+
+
+class _EpochLog(runner.Hook):
+  """Each epoch's record (metrics.json's `epochs`) and its log line with the task's ETA."""
+
+  def __init__(self, run: TaskRun, seed: int, seeds_left: int):
+    self.run, self.seed, self.seeds_left = run, seed, seeds_left
+    self.records = []
+
+  def after_epoch(self, epoch: runner.Epoch) -> None:
+    run, c, spec, dev = self.run, self.run.config, self.run.spec, epoch.evaluation
+    self.records.append({'epoch': epoch.number, 'train_loss': epoch.train_loss,
+                         'time_s': round(epoch.seconds, 2), 'dev': _epoch_dev(dev)})
+    steps_left = ((c.num_epochs - epoch.number) + self.seeds_left * c.num_epochs
+                  ) * run.steps_per_epoch
+    scores = ' '.join(
+        f'{glue_metrics.score_key(spec, s)}: ' + ' '.join(
+            f'{k}={v:.4f}' for k, v in dev[s]['metrics'].items()) for s in spec.dev_splits)
+    logging.info('%s seed %d epoch %d/%d: train_loss=%.4f dev %s (%s; task eta %s)',
+                 spec.name, self.seed, epoch.number, c.num_epochs, epoch.train_loss, scores,
+                 glue_report.duration(epoch.seconds),
+                 glue_report.duration(steps_left * run.timer.step_time))
+
+
+class _LastEpoch(runner.Hook):
+  """The seed's result is its last epoch (no selection on dev)."""
+  epoch = dev = params = None
+
+  def after_epoch(self, epoch: runner.Epoch) -> None:
+    self.epoch, self.dev, self.params = epoch.number, epoch.evaluation, epoch.state.params
+
+
+class _BestEpoch(runner.Hook):
+  """The seed's result is its epoch of best score on the first dev split (a copy of its
+  weights kept, as training goes on in place)."""
+  epoch = dev = params = None
+
+  def __init__(self, split: str):
+    self.split = split
+
+  def after_epoch(self, epoch: runner.Epoch) -> None:
+    dev = epoch.evaluation
+    if self.dev is None or dev[self.split]['score'] > self.dev[self.split]['score']:
+      self.epoch, self.dev = epoch.number, dev
+      self.params = jax.tree.map(jnp.copy, epoch.state.params)
+
+
+class _EpochModels(runner.Hook):
+  """Each epoch's model in the seed's checkpoint manager (classifiers.classifier_manager)."""
+
+  def __init__(self, run: TaskRun, manager, seed_dir: str, seed: int):
+    self.run, self.manager, self.seed_dir, self.seed = run, manager, seed_dir, seed
+
+  def after_epoch(self, epoch: runner.Epoch) -> None:
+    dev = epoch.evaluation
+    self.run._save_model(self.manager, self.seed_dir, self.seed, epoch.number,  # pylint: disable=protected-access
+                         epoch.state.params, _epoch_dev(dev),
+                         float(dev[self.run.spec.dev_splits[0]]['score']))
+
+  def close(self) -> None:
+    self.manager.close()
+
+
 def _dev_predictions_name(spec, split: str) -> str:
   return glue.split_filename(spec, split)[:-len('.tsv')] + '_predictions.tsv'
 
@@ -504,6 +554,18 @@ def _read_predictions(path, is_regression: bool):
   return np.asarray([cast(r[1]) for r in rows])
 
 
+def _current_form(fingerprint):
+  """A stored fingerprint with its model written as today's code writes it: a seed finished
+  when every model carried every variant's settings is the same model, and is reused."""
+  if not isinstance(fingerprint, dict) or not isinstance(fingerprint.get('model'), dict):
+    return fingerprint
+  try:
+    model = ModelConfig.from_config(fingerprint['model']).to_dict()
+  except (UserError, TypeError, ValueError):
+    return fingerprint
+  return {**fingerprint, 'model': json.loads(json.dumps(model))}
+
+
 def load_seed_result(seed_dir: str, spec, fingerprint: dict) -> Optional[dict]:
   """A finished seed's record with its dev predictions, if its settings match."""
   path = os.path.join(seed_dir, SEED_METRICS)
@@ -512,7 +574,7 @@ def load_seed_result(seed_dir: str, spec, fingerprint: dict) -> Optional[dict]:
   try:
     with tf.io.gfile.GFile(path) as f:
       record = json.load(f)
-    if record.get('fingerprint') != fingerprint:
+    if _current_form(record.get('fingerprint')) != fingerprint:
       logging.warning('%s was made with other settings; running that seed again', path)
       return None
     for split, v in record['dev'].items():

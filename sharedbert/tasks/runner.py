@@ -1,10 +1,13 @@
 """One flow for any task (tasks/task.py): the pretrained encoder, the task's head, the
 engine's epochs and predictions, the task's metrics. SQuAD runs through it, and so does a
-task registered from outside the package."""
+task registered from outside the package. GLUE's seeds (glue_task.TaskRun) share its
+epoch loop, `train_epochs`, and add what they keep of each epoch as hooks."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import Any, Callable, Iterable
 
 import jax
 import ml_collections
@@ -17,6 +20,64 @@ from sharedbert.errors import UserError
 from sharedbert.tasks import engine
 from sharedbert.tasks import pretrained as pretrained_lib
 from sharedbert.tasks.task import Task
+
+
+@dataclasses.dataclass
+class Epoch:
+  """What one epoch left: its number (from 1), the train state after it, the mean training
+  loss, what `evaluate` made of it (None without one), and its seconds (evaluation
+  included)."""
+  number: int
+  state: Any
+  train_loss: float
+  evaluation: Any
+  seconds: float
+
+
+class Hook:
+  """Something kept of each epoch (a checkpoint, the best epoch, a log line)."""
+
+  def after_epoch(self, epoch: Epoch) -> None:
+    pass
+
+  def close(self) -> None:
+    """After the last epoch."""
+
+
+def train_epochs(state, num_epochs: int, train_epoch: Callable, evaluate: Callable | None = None,
+                 hooks: Iterable[Hook] = ()):
+  """The epoch loop of every fine-tuning flow.
+
+  Args:
+    state: the engine's train state to start from.
+    num_epochs: how many epochs.
+    train_epoch: (state, number) -> (state, mean train loss); number counts from 1.
+    evaluate: (state, number) -> what the hooks see as Epoch.evaluation (None: nothing).
+    hooks: each sees every epoch in order, then `close`.
+  Returns:
+    The state after the last epoch.
+  """
+  hooks = list(hooks)
+  for number in range(1, num_epochs + 1):
+    t0 = time.time()
+    state, train_loss = train_epoch(state, number)
+    evaluation = evaluate(state, number) if evaluate is not None else None
+    epoch = Epoch(number, state, train_loss, evaluation, time.time() - t0)
+    for hook in hooks:
+      hook.after_epoch(epoch)
+  for hook in hooks:
+    hook.close()
+  return state
+
+
+class EpochTimes(Hook):
+  """Each epoch's seconds, rounded to 0.01."""
+
+  def __init__(self):
+    self.seconds = []
+
+  def after_epoch(self, epoch: Epoch) -> None:
+    self.seconds.append(round(epoch.seconds, 2))
 
 
 def fit_and_score(task: Task, *, init_from: str, optim, num_epochs: int, batch_size: int,
@@ -57,13 +118,14 @@ def fit_and_score(task: Task, *, init_from: str, optim, num_epochs: int, batch_s
   state = steps.init_state(jax.random.key(seed), encoder)
 
   t0 = time.time()
-  epoch_times = []
-  for epoch in range(num_epochs):
-    t_epoch = time.time()
+
+  def train_epoch(state, number):
     state, losses = engine.fit_epoch(steps.step_fn, state, train.arrays, batch_size=batch_size,
-                                     seed=seed, epoch=epoch, mesh=mesh, process=process)
-    jax.block_until_ready(losses)
-    epoch_times.append(time.time() - t_epoch)
+                                     seed=seed, epoch=number - 1, mesh=mesh, process=process)
+    return state, float(np.mean(jax.device_get(losses)))
+
+  times = EpochTimes()
+  state = train_epochs(state, num_epochs, train_epoch, hooks=[times])
   outputs = engine.predict(steps.predict_fn, state.params, dev.arrays, dev.lengths,
                            batch_size=batch_size, mesh=mesh, process=process,
                            bucket=task.bucket)
@@ -71,7 +133,7 @@ def fit_and_score(task: Task, *, init_from: str, optim, num_epochs: int, batch_s
   return {'pretrained_step': step, 'metrics': task.metrics(predictions, dev_ex),
           'predictions': predictions, 'num_train': len(train_ex),
           'num_train_features': len(train), 'num_dev': len(dev_ex),
-          'epoch_time_s': [round(t, 2) for t in epoch_times],
+          'epoch_time_s': times.seconds,
           'wall_s': round(time.time() - t0, 2)}
 
 
