@@ -319,8 +319,25 @@ DOCUMENTED_API = {
     'sharedbert.tasks.pretrained': ['restore_encoder_params'],
     'sharedbert.models.flops': ['train_step_flops', 'forward_flops'],
     'sharedbert.models.attend': ['attend'],
-    'sharedbert.models.rotary': ['apply'],
+    'sharedbert.models.rotary': ['apply', 'frequencies', 'angles', 'rotate'],
     'sharedbert.data.pretrain': ['mask_rows'],
+    # The seams a newcomer plugs into, and what a notebook calls.
+    'sharedbert.evaluators.common': ['register', 'from_config'],
+    'sharedbert.tasks.task': ['register', 'make'],
+    'sharedbert.tasks.runner': ['fit_and_score', 'train_epochs'],
+    'sharedbert.tasks.pretrained': ['open_pretrained', 'abstract_encoder'],
+    'sharedbert.convert.hf': ['import_hf', 'export_hf', 'read_params', 'read_encoder',
+                              'write_checkpoint'],
+    'sharedbert.convert.shared': ['convert_workdir', 'target_model_config'],
+    'sharedbert.convert.hf_custom': ['config_json', 'model_config_from_json'],
+    'sharedbert.models.params': ['parameter_counts', 'abstract_params'],
+    'sharedbert.models.bert': ['gather_positions', 'stack_layers', 'unstack_layers',
+                               'to_layout'],
+    'sharedbert.models.attention': ['diag_initializer'],
+    'sharedbert.data.tokenizer': ['train', 'load', 'load_workdir'],
+    'sharedbert.data.glue': ['load_examples'],
+    'sharedbert.metrics.stats': ['bootstrap_ci', 'holm'],
+    'sharedbert.config': ['pretrain_config'],
 }
 
 

@@ -184,7 +184,14 @@ def pretrain_config(attention: str, arg: str | None = None) -> ml_collections.Co
   """The pretraining recipe for one attention variant; see the module docstring.
 
   One function on purpose: every key of the recipe and its default, then what each preset
-  changes, in the order docs/configs.md's reference lists them."""
+  changes, in the order docs/configs.md's reference lists them.
+
+  Args:
+    attention: the variant (model.attention).
+    arg: the preset after the config file's colon ('tiny', 'size=small,corpus=PATH', ...).
+  Returns:
+    The pretraining ConfigDict (a variant's own settings are its config file's to add).
+  """
   args = parse_arg(arg, {'size': 'base', 'corpus': '', 'recipe': ''})
   size = args['size']
   if size not in SIZES:

@@ -37,10 +37,8 @@ The functions here are also the workdir helpers of the other converters: `read_p
 from __future__ import annotations
 
 import json
-import re
 import os
 import shutil
-import tempfile
 
 from absl import app
 from absl import flags
@@ -70,6 +68,7 @@ from sharedbert import config as sb_config
 from sharedbert import pretrain_step
 from sharedbert import runs
 from sharedbert import optim as optim_lib
+from sharedbert.utils import atomic_dirs
 from sharedbert.utils import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
@@ -211,11 +210,17 @@ def write_hf_tokenizer(hf_dir: str, tokenizer, model_max_length: int) -> list[st
 
 
 def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Params, dict, int]:
-  """(model config, parameters as numpy, checkpoint meta, step) of a workdir's checkpoint.
+  """A workdir's checkpoint's parameters, on one device.
 
-  Only the parameters are read (not the optimizer state), on one device, whatever mesh
-  the checkpoint was saved from, in the layout the checkpoint's meta names (a run that
-  switched model.scan_layers on resume has checkpoints of both layouts).
+  Only the parameters are read (not the optimizer state), whatever mesh the checkpoint was
+  saved from, in the layout the checkpoint's meta names (a run that switched
+  model.scan_layers on resume has checkpoints of both layouts).
+
+  Args:
+    workdir: a pretraining, imported or converted workdir.
+    step: the checkpoint's step; None: the latest.
+  Returns:
+    (ModelConfig, params as numpy arrays (the pretraining tree), checkpoint meta, step).
   """
   directory = checkpoint_lib.checkpoint_dir(workdir)
   if not os.path.isdir(directory):
@@ -232,8 +237,15 @@ def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Par
 
 
 def read_encoder(workdir: str, step: int | None = None):
-  """(model config, encoder params as numpy, tokenizer) of a workdir's checkpoint (the
-  latest unless `step`), on one device."""
+  """A workdir's encoder, on one device.
+
+  Args:
+    workdir: a pretraining, imported or converted workdir.
+    step: the checkpoint's step; None: the latest.
+  Returns:
+    (ModelConfig, the encoder's params as numpy (BertModel's tree, no MLM head),
+    tokenizer).
+  """
   model_cfg, params, _, _ = read_params(workdir, step)
   tokenizer = tokenizer_lib.load_workdir(workdir)
   if tokenizer is None:
@@ -247,6 +259,15 @@ def write_checkpoint(workdir: str, config, params: Params, *, source: str,
 
   The optimizer state is fresh, so `sharedbert.main` with this workdir resumes at step 0
   from these parameters.
+
+  Args:
+    workdir: the workdir to write.
+    config: the run's config (a ConfigDict; its model section describes `params`).
+    params: the pretraining tree (encoder and MLM head).
+    source: where the parameters came from, kept in the checkpoint's meta.
+    vocab_size: the tokenizer's size, when it is smaller than the embedding.
+  Returns:
+    None.
   """
   model_cfg = ModelConfig.from_config(config.model)
   expected = jax.tree.map(lambda x: (x.shape, np.dtype(x.dtype)), _abstract_params(model_cfg))
@@ -321,67 +342,6 @@ def read_hf_tokenizer(hf_dir: str, model_cfg: ModelConfig):
   return tokenizer
 
 
-def _fresh_dir(path: str, what: str):
-  """Refuses a target that exists with files in it (nothing is overwritten)."""
-  if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-    raise UserError(f'{what} {path} exists and is not empty; choose a new one')
-
-
-def _publish(tmp: str, target: str):
-  """Moves a fully written temporary directory to `target`."""
-  if os.path.isdir(target):
-    os.rmdir(target)  # Empty (checked before writing).
-  os.rename(tmp, target)
-
-
-def _replace_dir(tmp: str, target: str):
-  """Puts the fully written `tmp` in place of `target` (a directory, maybe with files): the
-  old one is renamed aside first and removed last, so a failure in between leaves one of
-  the two whole (the old one under .<name>.old-*, next to it)."""
-  if not os.path.lexists(target):
-    os.rename(tmp, target)
-    return
-  old = _temp_dir_beside(target, 'old')
-  os.rename(target, os.path.join(old, 'previous'))
-  os.rename(tmp, target)
-  shutil.rmtree(old, ignore_errors=True)
-
-
-# `.<name>.tmp-<pid>-*` and `.<name>.old-<pid>-*`: the folders an export works in.
-_WORK_DIR = re.compile(r'^\..+\.(tmp|old)-(\d+)-')
-
-
-def _pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # Someone else's live process.
-    return True
-  return True
-
-
-def remove_stale_work_dirs(parent: str) -> list[str]:
-  """Removes the work folders that an interrupted export left in `parent` (their process is
-  gone); a live export's are kept. Returns what was removed."""
-  removed = []
-  for name in os.listdir(parent) if os.path.isdir(parent) else []:
-    m = _WORK_DIR.match(name)
-    if m and not _pid_alive(int(m.group(2))):
-      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-      removed.append(name)
-      logging.info('removed %s, left by an interrupted export', os.path.join(parent, name))
-  return removed
-
-
-def _temp_dir_beside(target: str, kind: str = 'tmp') -> str:
-  parent = os.path.dirname(os.path.abspath(target))
-  os.makedirs(parent, exist_ok=True)
-  remove_stale_work_dirs(parent)
-  return tempfile.mkdtemp(
-      prefix=f'.{os.path.basename(os.path.abspath(target))}.{kind}-{os.getpid()}-', dir=parent)
-
-
 def check_hf_dir(hf_dir: str) -> ModelConfig:
   """What import_hf checks of a Hugging Face directory before it writes (the config is a BERT
   layout, the tokenizer a WordPiece vocabulary of its size), without the tensors; for
@@ -398,10 +358,18 @@ def check_hf_dir(hf_dir: str) -> ModelConfig:
 
 
 def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
-  """Hugging Face directory -> sharedbert workdir; returns notes for the user.
+  """Hugging Face directory -> sharedbert workdir.
 
   Everything is checked before anything is written; the workdir is written beside its
   final place and renamed into it, so a failure leaves no half workdir.
+
+  Args:
+    hf_dir: a BERT, pre-LN RoBERTa, RoFormer or sharedbert custom-code folder.
+    workdir: the new workdir (absent or empty).
+    config: the recipe it resumes with (default: the base pretraining recipe); the
+      architecture always comes from the checkpoint.
+  Returns:
+    Notes for the user (what was kept, dropped or initialised).
   """
   hf_config, tensors = read_hf_dir(hf_dir)
   where = os.path.join(hf_dir, 'config.json')
@@ -415,7 +383,7 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
   else:
     model_cfg = model_config_from_hf(hf_config, where)
     tokenizer = read_hf_tokenizer(hf_dir, model_cfg)
-  _fresh_dir(workdir, '--workdir')
+  atomic_dirs.fresh_dir(workdir, '--workdir')
   config = ml_collections.ConfigDict((config or _default_recipe()).to_dict())
   # The architecture comes from the checkpoint; dtype, remat and the like stay the recipe's.
   hf_model = model_cfg.to_dict()
@@ -437,12 +405,12 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
     params, notes = _custom_params(tensors, model_cfg, config.seed, where)
   else:
     params, notes = params_from_hf(tensors, model_cfg, seed=config.seed)
-  tmp = _temp_dir_beside(workdir)
+  tmp = atomic_dirs.temp_dir_beside(workdir)
   try:
     write_checkpoint(tmp, config, params, source=f'huggingface:{os.path.abspath(hf_dir)}',
                      vocab_size=tokenizer.vocab_size)
     tokenizer.save(tmp)
-    _publish(tmp, workdir)
+    atomic_dirs.publish(tmp, workdir)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -497,6 +465,15 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
   HF_DIR must be new or empty, unless `overwrite`: then it is replaced whole (no file of
   the old directory stays). Everything is checked and written in a temporary directory
   first, then renamed into place, so a refusal leaves HF_DIR as it was.
+
+  Args:
+    workdir: a pretraining workdir or a fine-tuned seed directory.
+    hf_dir: the folder to write.
+    step: the checkpoint's step; None: the latest.
+    overwrite: replace a non-empty hf_dir.
+    custom_code: write the custom code even where transformers' own class would do.
+  Returns:
+    Notes for the user.
   """
   head = head_params = None
   if classifiers.is_classifier_dir(workdir):
@@ -528,7 +505,7 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
     raise UserError(f'--hf_dir={hf_dir} exists and is not empty; choose a new directory, or '
                     'pass --overwrite to replace it whole')
   validation.workdir(hf_dir, '--hf_dir')
-  tmp = _temp_dir_beside(hf_dir)
+  tmp = atomic_dirs.temp_dir_beside(hf_dir)
   try:
     if custom:
       card = hf_custom.card_from_workdir(workdir, model_cfg, params, step, head, head_params)
@@ -538,7 +515,7 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
     else:
       write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
     names = write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)
-    _replace_dir(tmp, hf_dir)
+    atomic_dirs.replace_dir(tmp, hf_dir)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise

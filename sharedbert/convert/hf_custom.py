@@ -72,7 +72,15 @@ def config_json(cfg: ModelConfig, head: dict | None = None,
   """config.json of the folder: the model's settings under transformers' names, the
   variant's own, (with `head`, a fine-tuned classifier's description) its labels, and (with
   `trained`, `training_record`'s dict) how the weights were trained, so that an import and
-  a later export describe the same run."""
+  a later export describe the same run.
+
+  Args:
+    cfg: the model's ModelConfig.
+    head: a classifier's description (num_labels, labels, is_regression, task, pooling).
+    trained: how the weights were trained (training_record).
+  Returns:
+    The config.json dict.
+  """
   if cfg.attention not in EXPORTABLE:
     raise UserError(f'the attention variant {cfg.attention!r} has no PyTorch code in '
                     'sharedbert/convert/remote_code/modeling_sharedbert.py; add it there first')
@@ -119,7 +127,16 @@ def config_json(cfg: ModelConfig, head: dict | None = None,
 
 
 def model_config_from_json(hf: dict, where: str = 'config.json') -> ModelConfig:
-  """The ModelConfig of a custom-code folder's config.json (the inverse of config_json)."""
+  """The ModelConfig of a custom-code folder's config.json (the inverse of config_json).
+
+  Args:
+    hf: the parsed config.json.
+    where: how errors name the file.
+  Returns:
+    The ModelConfig, with the variant's own settings (the others are dropped).
+  Raises:
+    UserError: not a sharedbert folder, a missing key or a value out of range.
+  """
   if hf.get('model_type') != MODEL_TYPE:
     raise UserError(f'{where}: model_type is {hf.get("model_type")!r}, not {MODEL_TYPE!r}')
   init = hf.get('sharedbert_init') or {}

@@ -176,8 +176,18 @@ def convertible_variants() -> list[str]:
 
 def target_model_config(source_cfg: ModelConfig, attention: str, masa_atoms: int = 0,
                         masa_projections: str = 'qkvo') -> ModelConfig:
-  """The model config of `source_cfg` converted to `attention` (masa's settings as given); a
-  UserError for an unknown variant."""
+  """The model config of `source_cfg` converted to another variant.
+
+  Args:
+    source_cfg: the standard model's ModelConfig.
+    attention: the target variant.
+    masa_atoms, masa_projections: masa's settings (ignored by other variants).
+  Returns:
+    The target's ModelConfig: the source's fields, the variant's settings at their
+    defaults but for those given.
+  Raises:
+    UserError: an unknown variant, or a setting it refuses.
+  """
   if attention not in attention_lib.VARIANTS:
     raise UserError(f'unknown attention variant {attention!r}; convert to one of '
                     f'{", ".join(convertible_variants())}')
@@ -193,7 +203,21 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
                     masa_projections: str = 'qkvo', step: int | None = None,
                     fit: str | None = None, fit_text: str | None = None,
                     fit_texts: int = 2000, seed: int = 0) -> str:
-  """Converts SOURCE's checkpoint into a new TARGET workdir; returns the report."""
+  """Converts SOURCE's checkpoint into a new TARGET workdir.
+
+  Args:
+    source: a standard pretraining (or imported) workdir.
+    target: the new workdir.
+    attention: the target variant (convertible_variants()).
+    masa_atoms, masa_projections: masa's settings.
+    step: the source checkpoint's step; None: the latest.
+    fit: the variant's fit (its conversion_fits), or 'fresh'; None: its default.
+    fit_text: a corpus whose paragraphs weight the function fits.
+    fit_texts: how many of its paragraphs.
+    seed: the initialisation of --fit=fresh.
+  Returns:
+    The conversion report: what was done and, per layer, the fits' relative errors.
+  """
   if os.path.abspath(source) == os.path.abspath(target):
     raise UserError('--target must be a new workdir, not --source')
   validation.workdir(target, '--target')

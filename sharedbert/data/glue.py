@@ -333,7 +333,14 @@ def load_examples(task: Union[str, TaskSpec], split: str, *,
                   skip_malformed: bool = False) -> list[Example]:
   """Reads from `glue_dir` when given (it wins over TFDS), else from TFDS.
 
-  `skip_malformed` applies to glue_data TSVs only (see `read_glue_dir`).
+  Args:
+    task: a task name or TaskSpec.
+    split: 'train', a dev split ('validation', 'validation_matched', ...) or a test split.
+    glue_dir: a glue_data folder (CoLA/, SST-2/, ...).
+    tfds_data_dir: where tfds glue/<task> is prepared (None: tfds' default).
+    skip_malformed: skip bad rows of glue_data TSVs instead of stopping (`read_glue_dir`).
+  Returns:
+    The split's Examples (label None on test splits).
   """
   if glue_dir:
     return read_glue_dir(glue_dir, task, split, skip_malformed=skip_malformed)

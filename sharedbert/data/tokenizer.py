@@ -370,7 +370,18 @@ def read_wordpiece(directory: str) -> WordPieceTokenizer:
 
 def train(documents: Iterable[str], vocab_size: int, *, model_type: str = 'unigram',
           max_sentences: int = 2_000_000) -> SentencePieceTokenizer:
-  """Learns a vocabulary of at most `vocab_size` pieces (fewer if the text is small)."""
+  """Learns a sentencepiece vocabulary.
+
+  Args:
+    documents: the texts to learn from.
+    vocab_size: at most this many pieces, special tokens included (fewer if the text is
+      small).
+    model_type: sentencepiece's model type (data.vocab_model_type; sharedbert reads
+      'unigram' vocabularies back).
+    max_sentences: how many lines sentencepiece samples.
+  Returns:
+    The SentencePieceTokenizer.
+  """
   model = io.BytesIO()
   try:
     _train_sentencepiece(documents, model, vocab_size, model_type, max_sentences)
@@ -395,8 +406,15 @@ def _train_sentencepiece(documents, model, vocab_size, model_type, max_sentences
 
 
 def load(path: str) -> SentencePieceTokenizer:
-  """The sentencepiece vocabulary at `path`; a damaged file (empty, truncated, not a
-  sentencepiece model) is one UserError naming it."""
+  """The sentencepiece vocabulary at `path`.
+
+  Args:
+    path: a vocab.model (local or gs://).
+  Returns:
+    The SentencePieceTokenizer.
+  Raises:
+    UserError: a damaged file (empty, truncated, not a sentencepiece model), named.
+  """
   with paths.gfile().GFile(path, 'rb') as f:
     data = f.read()
   if not data:
@@ -437,7 +455,13 @@ def vocab_kind(workdir: str) -> str | None:
 
 
 def load_workdir(workdir: str) -> Tokenizer | None:
-  """The vocabulary a workdir holds (vocab.model or vocab.txt), or None if none."""
+  """The vocabulary a workdir holds.
+
+  Args:
+    workdir: a pretraining workdir, an import or a fine-tuned seed directory.
+  Returns:
+    Its tokenizer (vocab.model, or vocab.txt with tokenizer_config.json), or None.
+  """
   kind = vocab_kind(workdir)
   if kind == 'sentencepiece':
     return load(os.path.join(workdir, VOCAB_FILE))

@@ -59,7 +59,13 @@ class EncoderRun:
 
 
 def register(name: str):
-  """A class decorator that adds an evaluator to EVALUATORS under `name`."""
+  """A class decorator that adds an evaluator to EVALUATORS under `name`.
+
+  Args:
+    name: the name a config gives it (config.evaluators.<name>).
+  Returns:
+    The decorator, which returns the class unchanged.
+  """
   def wrap(cls):
     EVALUATORS[name] = cls
     return cls
@@ -67,8 +73,17 @@ def register(name: str):
 
 
 def from_config(name: str, run, **settings) -> Evaluator:
-  """The evaluator `name`, made for a task run with its settings (a UserError naming the
-  known evaluators, or the setting it does not take)."""
+  """The evaluator `name`, made for a task run with its settings.
+
+  Args:
+    name: a registered evaluator (EVALUATORS).
+    run: what it evaluates: a GLUE TaskRun, or a common.EncoderRun.
+    **settings: its settings (config.evaluators.<name>).
+  Returns:
+    The Evaluator; `run(params)` gives its record.
+  Raises:
+    UserError: an unknown name (naming the known ones), or a setting it does not take.
+  """
   if name not in EVALUATORS:
     raise UserError(f'unknown evaluator {name!r} (config.evaluators); known: '
                     f'{", ".join(sorted(EVALUATORS))}')

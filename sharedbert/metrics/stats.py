@@ -107,6 +107,15 @@ def bootstrap_ci(metric_fn: MetricFn, predictions, labels, *,
 
   Deterministic for a given seed. Uses the same scale as `metric_fn` (fractions
   for the metrics in sharedbert.metrics.glue).
+
+  Args:
+    metric_fn: (predictions, labels) -> float.
+    predictions, labels: [n] arrays, resampled together.
+    num_resamples: bootstrap resamples.
+    confidence: the interval's coverage.
+    seed: the resampling's seed.
+  Returns:
+    (low, high).
   """
   (preds,), labels = _check([predictions], labels, num_resamples, confidence)
   (scores,) = _resampled_scores(metric_fn, [preds], labels, num_resamples, seed)
@@ -192,7 +201,13 @@ def holm(pvalues) -> list[float]:
   """Holm's step-down adjusted p-values, in the order given: sorted ascending, the i-th
   (from 0) is multiplied by m - i, and the adjusted values are made non-decreasing. A
   hypothesis is rejected at level alpha when its adjusted p-value is below alpha; the
-  family-wise error rate is then at most alpha."""
+  family-wise error rate is then at most alpha.
+
+  Args:
+    pvalues: the family's p-values.
+  Returns:
+    The adjusted p-values (at most 1), in the order given.
+  """
   p = np.asarray(pvalues, np.float64)
   m = p.size
   order = np.argsort(p, kind='stable')

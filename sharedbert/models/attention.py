@@ -355,9 +355,15 @@ def diag_initializer(scheme: str, value: float):
   S diag(d_q*d_k) S^T are indefinite; 'constant': all `value`, so they are positive
   semi-definite like `single`'s, and a token attends mostly to itself at step 0; 'normal':
   d_q, d_k ~ N(0, 1). d_v is `value` in every scheme. Kowsher et al. (arXiv 2412.00359) do
-  not specify the diagonals' initialisation. The default follows the cpu study
-  (docs/study_cpu/report.md: at seed 0, lr 2e-3, 'signs' 5.21, 'normal' 5.25, 'constant'
-  5.54 nats of held-out MLM loss)."""
+  not specify the diagonals' initialisation; the default is the cpu study's best
+  (docs/study_cpu/report.md).
+
+  Args:
+    scheme: 'signs', 'constant' or 'normal'.
+    value: diag_init.
+  Returns:
+    A flax initializer (key, shape [3, N, H], dtype) -> array.
+  """
   def init(key, shape, dtype=jnp.float32):
     if scheme == 'constant':
       return jnp.full(shape, value, dtype)

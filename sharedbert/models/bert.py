@@ -450,7 +450,14 @@ class BertEncoder(nn.Module):
 
 
 def gather_positions(x, positions):
-  """x [B,T,D], positions [B,P] -> [B,P,D] (BERT's `gather_indexes`)."""
+  """The rows of `x` at `positions` (BERT's `gather_indexes`).
+
+  Args:
+    x: [B, T, D] hidden states.
+    positions: [B, P] int32 indices into T.
+  Returns:
+    [B, P, D].
+  """
   return jnp.take_along_axis(x, positions[..., None], axis=1)
 
 
@@ -553,16 +560,35 @@ def _unstack_encoder(node):
 
 
 def stack_layers(tree):
-  """bert/layer_<i>/... -> bert/layers/... ([L, ...] each), wherever an encoder's params
-  appear in `tree`; a tree already stacked is returned as it is."""
+  """The scanned layout of a params tree: bert/layer_<i>/... -> bert/layers/...
+
+  Args:
+    tree: a tree holding an encoder's params anywhere (a train state, a classifier).
+  Returns:
+    The same tree with each encoder's layers stacked ([L, ...] each); a tree already
+    stacked is returned as it is.
+  """
   return jax.tree.map(_stack_encoder, tree, is_leaf=_is_encoder)
 
 
 def unstack_layers(tree):
-  """bert/layers/... ([L, ...] each) -> bert/layer_<i>/...: the inverse of stack_layers."""
+  """The unrolled layout of a params tree, the inverse of stack_layers.
+
+  Args:
+    tree: a tree whose encoders' layers are stacked (bert/layers/..., [L, ...] each).
+  Returns:
+    The same tree with bert/layer_<i>/... per layer.
+  """
   return jax.tree.map(_unstack_encoder, tree, is_leaf=_is_encoder)
 
 
 def to_layout(tree, scan_layers: bool):
-  """`tree` in the layout of model.scan_layers=scan_layers, whichever it is in now."""
+  """`tree` in the layout of model.scan_layers, whichever it is in now.
+
+  Args:
+    tree: a tree holding encoder params, stacked or not.
+    scan_layers: the layout wanted (True: stacked).
+  Returns:
+    The tree in that layout.
+  """
   return stack_layers(tree) if scan_layers else unstack_layers(tree)

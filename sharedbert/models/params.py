@@ -86,7 +86,13 @@ def component(path: tuple[str, ...], variant=attention_lib.AttentionBase) -> str
 
 
 def abstract_params(model_cfg: ModelConfig):
-  """ShapeDtypeStructs of the pretraining model's parameters (nothing is allocated)."""
+  """The pretraining model's parameters as shapes (jax.eval_shape: nothing is allocated).
+
+  Args:
+    model_cfg: the ModelConfig.
+  Returns:
+    BertForPretraining's params tree of jax.ShapeDtypeStruct.
+  """
   model = BertForPretraining(model_cfg)
   ids = jnp.zeros((1, 1), jnp.int32)
 
@@ -96,7 +102,13 @@ def abstract_params(model_cfg: ModelConfig):
 
 
 def parameter_counts(model_cfg: ModelConfig) -> dict[str, int]:
-  """Parameters per component, 'encoder total' (BertModel) and 'total' (with the MLM head)."""
+  """Parameters per component, counted on the real tree.
+
+  Args:
+    model_cfg: the ModelConfig.
+  Returns:
+    {component: count}, with 'encoder total' (BertModel) and 'total' (with the MLM head).
+  """
   counts = dict.fromkeys(COMPONENTS, 0)
   variant = attention_lib.VARIANTS[model_cfg.attention]
   leaves = jax.tree_util.tree_flatten_with_path(abstract_params(model_cfg))[0]

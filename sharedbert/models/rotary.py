@@ -24,7 +24,14 @@ POSITION_EMBEDDINGS = ('learned', 'rotary', 'none')
 
 
 def frequencies(head_dim: int, theta: float) -> np.ndarray:
-  """w_p = theta^(-2p/H) for the H/2 pairs, float64 [H/2]."""
+  """The rotation frequencies, w_p = theta^(-2p/H).
+
+  Args:
+    head_dim: H, even.
+    theta: the base (RoFormer's 10,000).
+  Returns:
+    float64 [H/2].
+  """
   return theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 
@@ -32,7 +39,16 @@ def angles(length: int, head_dim: int, theta: float, phase: float = 0.0) -> np.n
   """(t + phase) * w_p for t = 0..length-1, float32 [length, H/2].
 
   Computed in float64 by NumPy at trace time (the length is static), so the tables are
-  constants of the compiled program and identical on every backend."""
+  constants of the compiled program and identical on every backend.
+
+  Args:
+    length: T, the sequence length.
+    head_dim: H, even.
+    theta: the frequencies' base.
+    phase: phi, in positions (queries' phase; 0 for keys).
+  Returns:
+    float32 [T, H/2] angles in radians.
+  """
   t = np.arange(length, dtype=np.float64) + phase
   return (t[:, None] * frequencies(head_dim, theta)[None, :]).astype(np.float32)
 
@@ -42,7 +58,14 @@ def rotate(x, angle):
   (x_2p, x_2p+1) -> (x_2p cos - x_2p+1 sin, x_2p sin + x_2p+1 cos), in x's dtype.
 
   Elementwise on the last axis only: the heads axis, which the mesh's tensor axis splits,
-  is untouched, so every pair stays on the device that holds its head."""
+  is untouched, so every pair stays on the device that holds its head.
+
+  Args:
+    x: [B, T, N, H] queries or keys.
+    angle: [T, H/2] radians (`angles`).
+  Returns:
+    [B, T, N, H], x's dtype.
+  """
   cos = jnp.asarray(np.cos(angle), x.dtype)[None, :, None, :]   # [1, T, 1, H/2]
   sin = jnp.asarray(np.sin(angle), x.dtype)[None, :, None, :]
   pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)

@@ -32,7 +32,13 @@ class PretrainedRun:
 
 def open_pretrained(init_from: str) -> PretrainedRun:
   """Reads the model section of config.json and the vocabulary of a pretraining workdir
-  (vocab.model, or the vocab.txt of a Hugging Face import), through runs.open_run."""
+  (vocab.model, or the vocab.txt of a Hugging Face import), through runs.open_run.
+
+  Args:
+    init_from: the pretraining (or imported, or converted) workdir.
+  Returns:
+    A PretrainedRun: workdir, model_config and tokenizer (no parameters are read).
+  """
   config_path = os.path.join(init_from, 'config.json')
   if not paths.gfile().exists(config_path):
     raise UserError(f'config.init_from={init_from} is not a pretraining workdir: {config_path} '
@@ -88,7 +94,15 @@ def restore_encoder_params(init_from: str, target, *,
 
 
 def abstract_encoder(model_cfg: ModelConfig, mesh, axis_rules):
-  """The encoder's parameters as ShapeDtypeStructs with their shardings on `mesh`."""
+  """The encoder's parameters as ShapeDtypeStructs with their shardings on `mesh`.
+
+  Args:
+    model_cfg: the encoder's ModelConfig.
+    mesh: the device mesh.
+    axis_rules: logical axis rules (config.mesh.logical_axis_rules).
+  Returns:
+    A tree like BertModel's params (no head), of jax.ShapeDtypeStruct with shardings.
+  """
   def init(rng):
     z = jnp.zeros((1, 8), jnp.int32)
     model = BertForSequenceClassification(model_cfg, 1)

@@ -38,7 +38,7 @@ class Hook:
   """Something kept of each epoch (a checkpoint, the best epoch, a log line)."""
 
   def after_epoch(self, epoch: Epoch) -> None:
-    pass
+    """What to keep of `epoch`, as it ends."""
 
   def close(self) -> None:
     """After the last epoch."""
@@ -77,6 +77,7 @@ class EpochTimes(Hook):
     self.seconds = []
 
   def after_epoch(self, epoch: Epoch) -> None:
+    """Keeps its seconds."""
     self.seconds.append(round(epoch.seconds, 2))
 
 

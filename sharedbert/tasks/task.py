@@ -76,7 +76,13 @@ TASKS: dict[str, Any] = {}
 
 
 def register(name: str):
-  """A class decorator that adds a task to TASKS under `name`."""
+  """A class decorator that adds a task to TASKS under `name`.
+
+  Args:
+    name: the name `make` and configs know it by.
+  Returns:
+    The decorator, which returns the class unchanged.
+  """
   def wrap(cls):
     TASKS[name] = cls
     return cls
@@ -84,7 +90,16 @@ def register(name: str):
 
 
 def make(name: str, **settings) -> Task:
-  """The task `name`, made with its settings (a UserError naming the known tasks)."""
+  """The task `name`, made with its settings.
+
+  Args:
+    name: a registered task (TASKS).
+    **settings: its constructor's keyword arguments.
+  Returns:
+    The Task.
+  Raises:
+    UserError: an unknown name, naming the known tasks.
+  """
   if name not in TASKS:
     raise UserError(f'unknown task {name!r}; known: {", ".join(sorted(TASKS))}')
   return TASKS[name](**settings)
