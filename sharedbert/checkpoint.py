@@ -63,7 +63,13 @@ def _host_leaf(x) -> np.ndarray:
 def fingerprint(state) -> tuple[list[str] | None, bool]:
   """([a BLAKE2b digest of each leaf's bytes], whether every float leaf is finite) of a
   state. (None, True) when a leaf is not all in this process (a multi-host run): its bytes
-  cannot be read here, so such checkpoints carry no fingerprint."""
+  cannot be read here, so such checkpoints carry no fingerprint.
+
+  Args:
+    state: a train state (or any tree of arrays).
+  Returns:
+    (digests or None, all finite).
+  """
   leaves = jax.tree.leaves(state)
   if any(isinstance(x, jax.Array) and not x.is_fully_addressable for x in leaves):
     return None, True
@@ -77,7 +83,14 @@ def fingerprint(state) -> tuple[list[str] | None, bool]:
 
 
 def verify(state, meta: dict) -> str | None:
-  """Why a restored state is not the one saved (None when it verifies)."""
+  """Why a restored state is not the one saved (None when it verifies).
+
+  Args:
+    state: the restored state.
+    meta: the checkpoint's meta, with the fingerprint written at save time.
+  Returns:
+    The reason, or None.
+  """
   digests, finite = fingerprint(state)
   if not finite:
     return 'its state holds non-finite values'
@@ -91,7 +104,13 @@ def verify(state, meta: dict) -> str | None:
 
 
 def checkpoint_dir(workdir: str) -> str:
-  """The absolute checkpoints/ folder of `workdir` (URLs kept as they are)."""
+  """The absolute checkpoints/ folder of `workdir` (URLs kept as they are).
+
+  Args:
+    workdir: a run's workdir (local or a URL).
+  Returns:
+    WORKDIR/checkpoints, absolute.
+  """
   # Absolute: orbax refuses a relative path (a user's --source=run), with a traceback.
   if '://' not in workdir:
     workdir = os.path.abspath(workdir)
@@ -107,7 +126,13 @@ _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EP
 def write_failure_reason(error: BaseException) -> str:
   """The operating system's words for a failed write ('No space left on device'), found in
   the exception chain or in a tensorstore message ('[os_error_code='28']'); else the first
-  line of the innermost message."""
+  line of the innermost message.
+
+  Args:
+    error: the exception a write raised.
+  Returns:
+    The reason in a few words.
+  """
   seen = []
   e = error
   while e is not None and e not in seen:
@@ -146,7 +171,18 @@ class DamagedCheckpoint(Exception):
 def check_free_space(directory: str, state: Any, what: str, then: str) -> None:
   """Refuses (WriteFailed) a save of `state` that cannot fit on a local filesystem: orbax
   writes about the state's bytes (OCDBT compresses a little), before it removes the
-  checkpoints it rotates out; a save that fails part-way prints tensorstore's noise."""
+  checkpoints it rotates out; a save that fails part-way prints tensorstore's noise.
+
+  Args:
+    directory: where the save goes.
+    state: what is saved (its bytes are counted).
+    what: how the refusal names it ('the checkpoint of step 500').
+    then: what the user does next, appended to the refusal.
+  Raises:
+    WriteFailed: the disk holds less than the state needs.
+  Returns:
+    None.
+  """
   if '://' in directory:
     return  # Object stores: their failures are caught where orbax reports them.
   need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, 'nbytes')) + 2**20
@@ -328,7 +364,14 @@ def _without_closed_loop_noise():
 
 
 def set_aside_damaged(workdir: str, steps: list[int]):
-  """Moves damaged steps to WORKDIR/checkpoints-damaged/, out of the manager's sight."""
+  """Moves damaged steps to WORKDIR/checkpoints-damaged/, out of the manager's sight.
+
+  Args:
+    workdir: the run's workdir.
+    steps: the damaged steps.
+  Returns:
+    None.
+  """
   import tensorflow as tf
   if not steps:
     return
@@ -371,7 +414,13 @@ def _walk(tree, part: tuple[str, ...]):
 
 def tree_shapes(tree) -> dict[str, tuple]:
   """{'a/b/c': shape} of every leaf of `tree` (arrays, ShapeDtypeStructs or orbax
-  metadata)."""
+  metadata).
+
+  Args:
+    tree: arrays, ShapeDtypeStructs or orbax metadata.
+  Returns:
+    {'a/b/c': shape tuple} for every leaf.
+  """
   return {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(leaf.shape)
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
@@ -461,12 +510,27 @@ def save_epoch(manager: ocp.CheckpointManager, epoch: int, params, meta: dict) -
 
 
 def read_epoch_meta(manager: ocp.CheckpointManager, step: int) -> dict:
-  """A kept epoch's JSON meta (its epoch, dev `score` and dev metrics)."""
+  """A kept epoch's JSON meta (its epoch, dev `score` and dev metrics).
+
+  Args:
+    manager: a fine-tuned seed's manager (classifiers.classifier_manager).
+    step: the epoch.
+  Returns:
+    {'epoch', 'score', 'dev'}.
+  """
   return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
 
 
 def read_epoch_params(manager: ocp.CheckpointManager, step: int, target):
-  """A kept epoch's parameters, placed as `target`'s ShapeDtypeStructs say."""
+  """A kept epoch's parameters, placed as `target`'s ShapeDtypeStructs say.
+
+  Args:
+    manager: a fine-tuned seed's manager.
+    step: the epoch.
+    target: the classifier's params as ShapeDtypeStructs with shardings.
+  Returns:
+    The params, placed on the devices.
+  """
   return manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
       item=target, restore_args=jax.tree.map(
           lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target))))['params']

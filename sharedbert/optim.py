@@ -26,13 +26,27 @@ def effective_warmup(warmup_steps: int, total_steps: int) -> int:
   Clamped rather than refused: a preset's warmup with a shorter run (`:tiny` has 50,
   BERT's recipe 10,000; `--config.total_steps=40`) is the usual way to get here, and a rate
   still rising at the last step would never decay. A tenth is BERT fine-tuning's share.
-  Pretraining says so in one warning line (`clamp_note`)."""
+  Pretraining says so in one warning line (`clamp_note`).
+
+  Args:
+    warmup_steps: optim.warmup_steps.
+    total_steps: the run's steps.
+  Returns:
+    The warmup steps used.
+  """
   warmup, total = max(int(warmup_steps), 0), max(int(total_steps), 1)
   return warmup if warmup < total else total // 10
 
 
 def clamp_note(optim, total_steps: int) -> str:
-  """The warning line for a clamped warmup, or ''."""
+  """The warning line for a clamped warmup, or ''.
+
+  Args:
+    optim: config.optim.
+    total_steps: the run's steps.
+  Returns:
+    The line, or ''.
+  """
   total_steps = int(optim.get('schedule_steps', 0) or total_steps)
   warmup = effective_warmup(optim.warmup_steps, total_steps)
   if warmup == int(optim.warmup_steps):
@@ -68,14 +82,27 @@ def learning_rate_schedule(optim, total_steps: int):
 
 def decay_mask(params):
   """True for each parameter weight decay applies to (not biases, LayerNorm scales,
-  diagonals, MASA coefficients)."""
+  diagonals, MASA coefficients).
+
+  Args:
+    params: the params tree.
+  Returns:
+    A tree of bools like `params`.
+  """
   return jax.tree_util.tree_map_with_path(
       lambda path, _: getattr(path[-1], 'key', None) not in NO_DECAY_NAMES, params)
 
 
 def with_warmup_steps(optim, total_steps: int):
   """`optim` with warmup_steps set from warmup_fraction (fine-tuning's recipe), when it
-  has one; else `optim` itself."""
+  has one; else `optim` itself.
+
+  Args:
+    optim: an optimizer config section.
+    total_steps: the run's steps.
+  Returns:
+    The section (a copy when changed).
+  """
   if 'warmup_fraction' not in optim:
     return optim
   out = ml_collections.ConfigDict(dict(optim))
@@ -136,7 +163,14 @@ def keep_moments_advance_schedule(finite, new_opt_state, old_opt_state):
   """The optimizer state after a step: the new one if the step was finite; else the old
   one, except the learning-rate schedule's step count, which always advances. So the rate
   applied at step s is schedule(s) whether or not earlier steps were skipped (what the
-  log shows), while Adam's moments and bias correction only count applied updates."""
+  log shows), while Adam's moments and bias correction only count applied updates.
+
+  Args:
+    finite: whether the step's gradients were finite (a boolean scalar).
+    new_opt_state, old_opt_state: the state after and before the update.
+  Returns:
+    The optimizer state to keep.
+  """
   is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)
   def pick(new, old):
     if is_schedule(new):
@@ -153,12 +187,24 @@ def computed_once(flag: jax.Array) -> jax.Array:
   fusion passes were not checked). An `exp` is costly enough that XLA does not copy it, so
   the chain ends in a fusion of its own.
   exp(0) = 1 and exp(-inf) = 0 exactly: the flag is unchanged. (An optimization barrier is
-  removed before fusion; a `lax.cond` would read the flag back to the host on GPUs.)"""
+  removed before fusion; a `lax.cond` would read the flag back to the host on GPUs.)
+
+  Args:
+    flag: a boolean scalar.
+  Returns:
+    The same value.
+  """
   return jnp.exp(jnp.where(flag, 0.0, -jnp.inf)) > 0.5
 
 
 @jax.jit
 def all_finite(tree) -> jax.Array:
-  """True when no leaf of `tree` holds a NaN or an infinity (one reduction on device)."""
+  """True when no leaf of `tree` holds a NaN or an infinity (one reduction on device).
+
+  Args:
+    tree: arrays.
+  Returns:
+    A boolean scalar.
+  """
   leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)

@@ -48,7 +48,13 @@ _BUCKET = 16
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
-  """The completed checkpoint steps in WORKDIR/checkpoints, oldest first."""
+  """The completed checkpoint steps in WORKDIR/checkpoints, oldest first.
+
+  Args:
+    workdir: a run's workdir.
+  Returns:
+    The steps ([] when there is none).
+  """
   directory = checkpoint_lib.checkpoint_dir(workdir)
   if not paths.gfile().isdir(directory):
     return []
@@ -59,7 +65,15 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
   """A workdir's config.json as a ConfigDict; a UserError when it is not a sharedbert
-  workdir."""
+  workdir.
+
+  Args:
+    workdir: a run's workdir.
+  Returns:
+    The config the run wrote.
+  Raises:
+    UserError: no config.json, or not a sharedbert one.
+  """
   path = os.path.join(workdir, 'config.json')
   if not paths.gfile().exists(path):
     raise UserError(f'{path} not found: {workdir} is not a sharedbert workdir (a pretraining '
@@ -69,7 +83,14 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 def open_vocab(workdir: str, model_cfg: ModelConfig) -> tokenizer_lib.Tokenizer:
-  """The workdir's vocabulary (vocab.model or vocab.txt), checked against the model."""
+  """The workdir's vocabulary (vocab.model or vocab.txt), checked against the model.
+
+  Args:
+    workdir: a run's workdir.
+    model_cfg: its model (the vocabulary must fit its embedding).
+  Returns:
+    The tokenizer.
+  """
   tokenizer = tokenizer_lib.load_workdir(workdir)
   if tokenizer is None:
     raise UserError(f'{workdir} holds no vocabulary ({tokenizer_lib.VOCAB_FILE}, or '

@@ -25,7 +25,14 @@ BATCH_AXES = ('data', 'fsdp')
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
   """(data, fsdp, tensor) sizes for `num_devices`, a -1 filled in; a UserError when they do
-  not multiply out."""
+  not multiply out.
+
+  Args:
+    mesh_cfg: config.mesh (data, fsdp, tensor; one of them may be -1).
+    num_devices: the devices to cover.
+  Returns:
+    (data, fsdp, tensor).
+  """
   sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
   if sizes.count(-1) > 1:
     raise UserError('at most one of mesh.data, mesh.fsdp, mesh.tensor may be -1')
@@ -62,7 +69,13 @@ def make_mesh(mesh_cfg, devices=None) -> jax.sharding.Mesh:
 
 
 def rules(config) -> tuple:
-  """config.mesh.logical_axis_rules as tuples, for nn.logical_axis_rules."""
+  """config.mesh.logical_axis_rules as tuples, for nn.logical_axis_rules.
+
+  Args:
+    config: a run's config.
+  Returns:
+    ((logical name, mesh axis or axes or None), ...).
+  """
   return tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                for name, axes in config.mesh.logical_axis_rules)
 
@@ -90,7 +103,17 @@ def _path_text(path) -> str:
 
 
 def check_divisible(abstract_tree, logical_specs, shardings):
-  """Every sharded dimension must be a multiple of the mesh axes it is split over."""
+  """Every sharded dimension must be a multiple of the mesh axes it is split over.
+
+  Args:
+    abstract_tree: the params as ShapeDtypeStructs.
+    logical_specs: their logical PartitionSpecs.
+    shardings: their NamedShardings.
+  Raises:
+    UserError: a dimension that does not divide, named with its parameter and axes.
+  Returns:
+    None.
+  """
   values = jax.tree_util.tree_leaves_with_path(nn.unbox(abstract_tree))
   names = jax.tree.leaves(logical_specs, is_leaf=lambda x: isinstance(x, P))
   for (path, value), logical, named in zip(values, names, jax.tree.leaves(shardings)):
@@ -110,17 +133,35 @@ def check_divisible(abstract_tree, logical_specs, shardings):
 
 
 def batch_sharding(mesh) -> NamedSharding:
-  """Rows split over the data and fsdp axes."""
+  """Rows split over the data and fsdp axes.
+
+  Args:
+    mesh: the device mesh.
+  Returns:
+    NamedSharding of P(('data', 'fsdp')).
+  """
   return NamedSharding(mesh, P(BATCH_AXES))
 
 
 def replicated(mesh) -> NamedSharding:
-  """The same value on every device of `mesh`."""
+  """The same value on every device of `mesh`.
+
+  Args:
+    mesh: the device mesh.
+  Returns:
+    NamedSharding of P().
+  """
   return NamedSharding(mesh, P())
 
 
 def data_parallel_size(mesh) -> int:
-  """How many ways a batch's rows are split (mesh.data * mesh.fsdp)."""
+  """How many ways a batch's rows are split (mesh.data * mesh.fsdp).
+
+  Args:
+    mesh: the device mesh.
+  Returns:
+    mesh.data * mesh.fsdp.
+  """
   return mesh.shape['data'] * mesh.shape['fsdp']
 
 
@@ -133,6 +174,11 @@ def process_batch_block(mesh) -> tuple[int, int]:
   process_count), but processes whose devices hold the same batch shards (a mesh whose
   'tensor' axis spans hosts, say) read the same block, and the input pipeline must give
   them the same rows.
+
+  Args:
+    mesh: the device mesh.
+  Returns:
+    (index, count).
   """
   dp = data_parallel_size(mesh)
   rows = sorted({index[0].start or 0 for index in
