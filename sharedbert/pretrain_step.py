@@ -40,7 +40,15 @@ class TrainState(struct.PyTreeNode):
 
 def dummy_inputs(batch: int, seq_len: int, max_predictions: int):
   """Zero inputs of the given shapes (ids, segments, mask, masked positions), for init and
-  compilation."""
+  compilation.
+
+  Args:
+    batch: rows.
+    seq_len: tokens a row.
+    max_predictions: masked positions a row.
+  Returns:
+    (input_ids, segment_ids, input_mask, masked_positions), int32.
+  """
   z = jnp.zeros((batch, seq_len), jnp.int32)
   return z, z, jnp.ones_like(z), jnp.zeros((batch, max_predictions), jnp.int32)
 
@@ -124,6 +132,16 @@ def restore_state(reader, model_cfg: ModelConfig, tx, mesh, axis_rules, sharding
   A checkpoint saved with the other layout (layers unrolled, or scanned) is restored as it
   was saved, then its parameters and optimizer moments are converted (`to_layout`) onto
   `shardings`: a run may switch model.scan_layers when it resumes.
+
+  Args:
+    reader: the run's OpenRun.
+    model_cfg: the model as configured now.
+    tx: the optimizer.
+    mesh, axis_rules: where the state goes.
+    shardings: the state's shardings.
+    seq_len, max_preds: the batch's shapes (for an abstract state).
+  Returns:
+    (state, meta, step).
   """
   latest = reader.latest_meta()
   saved_scan = bool(latest[1].get('model', {}).get('scan_layers', False)) if latest else None
@@ -275,7 +293,18 @@ def jit_steps(model, tx, schedule, mesh, state_shardings, dropout_rng, accum_ste
 def compile_train_step(step_fn, model, tx, shardings, d, mesh, axis_rules):
   """`step_fn` (jit_steps') compiled once, for the state's and a global batch's shapes
   (`d`: the config's data section); logs what it took and its device memory, and refuses
-  (UserError) a step that cannot fit. Returns the compiled step."""
+  (UserError) a step that cannot fit. Returns the compiled step.
+
+  Args:
+    step_fn: the jitted train step.
+    model: the model.
+    tx: the optimizer.
+    shardings: the state's shardings.
+    d: config.data.
+    mesh, axis_rules: where it runs.
+  Returns:
+    The compiled step.
+  """
   logging.info('Compiling the train step')
   t0 = time.time()
   state = abstract_state(shardings, model, tx, d.seq_len, pretrain_data.max_predictions(d))
@@ -294,7 +323,16 @@ def compile_train_step(step_fn, model, tx, shardings, d, mesh, axis_rules):
 
 def check_memory(mem, batch_size: int) -> None:
   """Refuses a step whose compiled memory analysis needs more than a device has free: it
-  would fail at its first step (RESOURCE_EXHAUSTED) or push the host into swap."""
+  would fail at its first step (RESOURCE_EXHAUSTED) or push the host into swap.
+
+  Args:
+    mem: the compiled step's memory_analysis().
+    batch_size: the global batch (named in the refusal).
+  Raises:
+    UserError: the step needs more than is free.
+  Returns:
+    None.
+  """
   if mem is None:
     return
   try:
@@ -315,7 +353,13 @@ def check_memory(mem, batch_size: int) -> None:
 
 def memory_available(device) -> tuple[int | None, str]:
   """(bytes a device can still allocate, its name): an accelerator's allocator limit less
-  what is in use; on CPU, the host's available memory shared by its CPU devices."""
+  what is in use; on CPU, the host's available memory shared by its CPU devices.
+
+  Args:
+    device: a jax device.
+  Returns:
+    (bytes, or None when unknown; the device's name).
+  """
   if device.platform != 'cpu':
     stats = device.memory_stats() or {}
     if 'bytes_limit' not in stats:
@@ -331,7 +375,13 @@ def memory_available(device) -> tuple[int | None, str]:
 
 
 def memory_text(mem) -> str:
-  """A compiled memory analysis in GiB: arguments, outputs, temporaries."""
+  """A compiled memory analysis in GiB: arguments, outputs, temporaries.
+
+  Args:
+    mem: a memory_analysis().
+  Returns:
+    'arguments X GiB, outputs Y GiB, temporaries Z GiB'.
+  """
   gib = 1 << 30
   try:
     return (f'arguments {mem.argument_size_in_bytes / gib:.2f} GiB, outputs '

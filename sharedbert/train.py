@@ -36,7 +36,7 @@ from sharedbert.utils import reporting
 from sharedbert.utils import workdir_lock
 from sharedbert.data import sources
 from sharedbert.data import tokenizer as tokenizer_lib
-from sharedbert.data.pretrain import PretrainData, max_predictions, prefetch
+from sharedbert.data.pretrain import PretrainData, majority_baseline, max_predictions, prefetch
 from sharedbert import errors
 from sharedbert.errors import UserError
 from sharedbert.utils.metric_writer import MetricWriter
@@ -92,13 +92,6 @@ def evaluate(eval_fn, params, batches, mesh) -> dict:
           'eval_masked_tokens': int(sums['weight'])}
 
 
-def majority_baseline(batches) -> float:
-  """Held-out accuracy of always predicting the most frequent masked token: the floor a
-  model must clearly beat."""
-  labels = np.concatenate([b['masked_ids'][b['masked_weights'] > 0] for b in batches])
-  return float(np.bincount(labels).max() / max(len(labels), 1)) if len(labels) else 0.0
-
-
 def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
   saved = dict(meta.get('model', {}))
   current = model_cfg.to_dict()
@@ -125,7 +118,13 @@ def _check_compatible(meta: dict, model_cfg: ModelConfig, workdir: str):
 
 def data_identity(config) -> dict:
   """What makes a run's data: the corpus (a local path resolved) and its held-out share.
-  Saved with every checkpoint; a resume on other data is refused (_check_same_data)."""
+  Saved with every checkpoint; a resume on other data is refused (_check_same_data).
+
+  Args:
+    config: the run's config.
+  Returns:
+    {'corpus', 'eval_fraction'}.
+  """
   corpus = str(config.data.corpus)
   if corpus and corpus != 'demo' and not corpus.startswith('tfds:') and '://' not in corpus:
     corpus = os.path.realpath(os.path.expanduser(corpus))

@@ -38,7 +38,15 @@ Batch = dict[str, np.ndarray]
 
 def pack(token_lists, seq_len: int, *, cls_id: int = CLS_ID, sep_id: int = SEP_ID,
          pad_id: int = PAD_ID) -> np.ndarray:
-  """Packs tokenized documents into [N, seq_len] int32 rows (see module docstring)."""
+  """Packs tokenized documents into [N, seq_len] int32 rows (see module docstring).
+
+  Args:
+    token_lists: each document's token ids.
+    seq_len: the row length.
+    cls_id, sep_id, pad_id: the special ids.
+  Returns:
+    [N, seq_len] int32.
+  """
   stream = np.fromiter(
       itertools.chain.from_iterable(itertools.chain(ids, (sep_id,)) for ids in token_lists),
       dtype=np.int32)
@@ -51,20 +59,40 @@ def pack(token_lists, seq_len: int, *, cls_id: int = CLS_ID, sep_id: int = SEP_I
 
 
 def pack_ids(tokenizer) -> dict:
-  """pack()'s special ids for a tokenizer."""
+  """pack()'s special ids for a tokenizer.
+
+  Args:
+    tokenizer: the vocabulary.
+  Returns:
+    {'cls_id', 'sep_id', 'pad_id'}.
+  """
   return dict(cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id)
 
 
 def max_predictions(data_cfg) -> int:
   """Masked positions per sequence: `data.max_predictions`, or when it is 0 (the default)
-  ceil(mask_rate * seq_len), which never cuts the masking rate (BERT: 20 at 128 and 15%)."""
+  ceil(mask_rate * seq_len), which never cuts the masking rate (BERT: 20 at 128 and 15%).
+
+  Args:
+    data_cfg: config.data.
+  Returns:
+    The count.
+  """
   if data_cfg.max_predictions:
     return int(data_cfg.max_predictions)
   return max(1, math.ceil(round(data_cfg.mask_rate * data_cfg.seq_len, 6)))
 
 
 def batch_shapes(global_batch: int, seq_len: int, max_predictions_: int) -> dict:
-  """{key: (shape, dtype)} of a global batch as mask_rows makes it (to compile ahead)."""
+  """{key: (shape, dtype)} of a global batch as mask_rows makes it (to compile ahead).
+
+  Args:
+    global_batch: rows a step.
+    seq_len: tokens a row.
+    max_predictions_: masked positions a row.
+  Returns:
+    {key: (shape, dtype)}.
+  """
   tokens, masked = (global_batch, seq_len), (global_batch, max_predictions_)
   return {'input_ids': (tokens, np.int32), 'segment_ids': (tokens, np.int32),
           'input_mask': (tokens, np.int32), 'masked_positions': (masked, np.int32),
@@ -228,8 +256,28 @@ class StreamingData:
       yield mask_rows(block, keys, seed=self.seed, **self.masking)
 
 
+def majority_baseline(batches) -> float:
+  """Held-out accuracy of always predicting the most frequent masked token: the floor a
+  model must clearly beat.
+
+  Args:
+    batches: held-out batches (mask_rows' dicts).
+  Returns:
+    The accuracy, a fraction.
+  """
+  labels = np.concatenate([b['masked_ids'][b['masked_weights'] > 0] for b in batches])
+  return float(np.bincount(labels).max() / max(len(labels), 1)) if len(labels) else 0.0
+
+
 def prefetch(iterator: Iterator[Batch], size: int = 2) -> Iterator[Batch]:
-  """Produces batches on a background thread so the accelerator never waits on numpy."""
+  """Produces batches on a background thread so the accelerator never waits on numpy.
+
+  Args:
+    iterator: the batches.
+    size: how many to make ahead.
+  Returns:
+    An iterator over the same batches.
+  """
   q: queue.Queue = queue.Queue(maxsize=size)
   done = object()
 

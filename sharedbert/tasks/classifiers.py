@@ -25,7 +25,15 @@ CLASSIFIER_FILE = 'model.json'
 
 def classifier_manager(seed_dir: str, config=None, *, read_only: bool = False):
   """The orbax manager of a seed's fine-tuned models (one checkpoint per kept epoch),
-  keeping `config.ckpt.max_to_keep` of them (the best dev epochs when the run selects one)."""
+  keeping `config.ckpt.max_to_keep` of them (the best dev epochs when the run selects one).
+
+  Args:
+    seed_dir: the seed's folder.
+    config: the fine-tuning config (None: read the kept ones).
+    read_only: open without creating anything.
+  Returns:
+    An orbax CheckpointManager.
+  """
   if config is None:
     return checkpoint_lib.epoch_manager(seed_dir, read_only=read_only)
   best = (lambda m: float(m['score'])) if config.eval.select_best_epoch else None
@@ -34,14 +42,28 @@ def classifier_manager(seed_dir: str, config=None, *, read_only: bool = False):
 
 
 def is_classifier_dir(path: str) -> bool:
-  """Whether `path` is a fine-tuned classifier's seed folder (it holds model.json)."""
+  """Whether `path` is a fine-tuned classifier's seed folder (it holds model.json).
+
+  Args:
+    path: a folder.
+  Returns:
+    Whether it holds model.json.
+  """
   return paths.gfile().exists(os.path.join(path, CLASSIFIER_FILE))
 
 
 def read_classifier(seed_dir: str, step: Optional[int] = None, shardings=None):
   """(description, params, epoch) of a fine-tuned classifier; params as numpy on one device,
   or placed by `shardings` (a tree like the params). Default epoch: the best kept one when
-  the run selected the best epoch, else the last."""
+  the run selected the best epoch, else the last.
+
+  Args:
+    seed_dir: the seed's folder.
+    step: the epoch; None: the default above.
+    shardings: where to place the params (None: numpy on one device).
+  Returns:
+    (model.json's description, params, epoch).
+  """
   with paths.gfile().GFile(os.path.join(seed_dir, CLASSIFIER_FILE)) as f:
     head = json.load(f)
   manager = classifier_manager(seed_dir, read_only=True)

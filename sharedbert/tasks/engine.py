@@ -52,7 +52,14 @@ class State(struct.PyTreeNode):
 
 
 def task_apply(model):
-  """apply_fn of a task model (input_ids, segment_ids, input_mask), dropout on."""
+  """apply_fn of a task model (input_ids, segment_ids, input_mask), dropout on.
+
+  Args:
+    model: a task model (its __call__ takes input_ids, segment_ids, input_mask and
+      deterministic).
+  Returns:
+    (params, batch, dropout key) -> the model's outputs, in training mode.
+  """
   def apply_fn(params, batch, rng):
     return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                        batch['input_mask'], deterministic=False, rngs={'dropout': rng})
@@ -88,7 +95,15 @@ def train_step(state: State, batch, *, apply_fn, tx, loss_fn):
 
 def scanned_steps(state: State, batches, *, apply_fn, tx, loss_fn):
   """train_step over a stack of batches (leading axis: steps) in one lax.scan: many tiny
-  steps in one call, where a call per step would spend its time in dispatch (the probes)."""
+  steps in one call, where a call per step would spend its time in dispatch (the probes).
+
+  Args:
+    state: the train state.
+    batches: a dict of arrays with a leading steps axis [S, B, ...].
+    apply_fn, tx, loss_fn: as train_step's.
+  Returns:
+    (state after S steps, [S] losses).
+  """
   return jax.lax.scan(functools.partial(train_step, apply_fn=apply_fn, tx=tx, loss_fn=loss_fn),
                       state, batches)
 
@@ -164,7 +179,15 @@ def compile_steps(model, tx, loss_fn: Callable, mesh, axis_rules) -> Steps:
 
 def subset(items: Sequence, max_items: int, rng: Optional[np.random.Generator] = None):
   """At most `max_items` of `items`, drawn at random once (rng: default_rng(0), the same
-  for every seed and run) and kept in their order; all of them when 0 or enough."""
+  for every seed and run) and kept in their order; all of them when 0 or enough.
+
+  Args:
+    items: the examples.
+    max_items: how many to keep (0: all).
+    rng: the draw's generator.
+  Returns:
+    A list of at most max_items items.
+  """
   if not max_items or len(items) <= max_items:
     return items
   rng = np.random.default_rng(0) if rng is None else rng
@@ -176,14 +199,30 @@ def padded_width(lengths: np.ndarray, seq_len: int, multiple: int = 8) -> int:
   """A split's columns: its longest row rounded up to `multiple`, at most seq_len.
 
   Padding is masked out, so the results are those at seq_len, several times faster on
-  short-sentence tasks."""
+  short-sentence tasks.
+
+  Args:
+    lengths: [N] real tokens a row.
+    seq_len: the longest allowed.
+    multiple: the rounding.
+  Returns:
+    The width.
+  """
   longest = int(np.max(lengths, initial=1))
   return min(seq_len, -(-longest // multiple) * multiple)
 
 
 def bucket_width(longest: int, width: int, floor: int = 16) -> int:
   """A predict batch's columns: the next power of two of its longest row (at least
-  `floor`, at most `width`): a few compiled shapes, far less padding."""
+  `floor`, at most `width`): a few compiled shapes, far less padding.
+
+  Args:
+    longest: the batch's longest row.
+    width: the split's width (padded_width).
+    floor: the smallest width.
+  Returns:
+    The batch's width.
+  """
   return min(width, max(floor, 1 << (int(longest) - 1).bit_length()))
 
 
@@ -218,7 +257,15 @@ def make_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, size: int,
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-  """The order of an epoch's n rows: default_rng([seed, epoch]), the same on every run."""
+  """The order of an epoch's n rows: default_rng([seed, epoch]), the same on every run.
+
+  Args:
+    n: rows.
+    seed: the run's seed.
+    epoch: the epoch (from 0).
+  Returns:
+    [n] int64, a permutation of range(n).
+  """
   return np.random.default_rng([seed, epoch]).permutation(n)
 
 

@@ -55,7 +55,15 @@ from sharedbert.tasks.pretrained import (PretrainedRun, abstract_encoder, open_p
 
 
 def validate(config):
-  """The range of every key (sharedbert/config/validation.py); no file is read."""
+  """The range of every key (sharedbert/config/validation.py); no file is read.
+
+  Args:
+    config: a fine-tuning config (configs/glue.py).
+  Raises:
+    UserError: the first key out of range.
+  Returns:
+    None.
+  """
   config_checks.finetune(config)
 
 
@@ -73,7 +81,13 @@ def _tfds_has_task(spec, data_dir: str) -> bool:
 
 
 def resolve_tasks(config) -> list[str]:
-  """config.task ('cola', 'cola,mrpc' or 'all') as task names, in GLUE's order for 'all'."""
+  """config.task ('cola', 'cola,mrpc' or 'all') as task names, in GLUE's order for 'all'.
+
+  Args:
+    config: a fine-tuning config.
+  Returns:
+    The task names ('all': those found in data.glue_dir, or prepared in tfds).
+  """
   d = config.data
   if d.glue_dir and not os.path.isdir(d.glue_dir):
     raise UserError(f'data.glue_dir={d.glue_dir} does not exist; point it at the folder '
@@ -111,6 +125,14 @@ def check_task_data(config, task: str) -> None:
 
   glue_data files are read whole (a few seconds for the largest) and dropped; a prepared
   tfds dataset is opened and one example read.
+
+  Args:
+    config: a fine-tuning config.
+    task: a task name.
+  Raises:
+    UserError: naming the file or dataset and what is wrong.
+  Returns:
+    None.
   """
   spec = glue.get_task(task)
   d = config.data
@@ -130,7 +152,14 @@ def preflight(config, workdir: str):
   """Every check a user's mistake can fail, before anything is written or restored:
   the config's values, the mesh, the pretraining workdir (its config, vocabulary and the
   encoder's shapes in its latest checkpoint) and each task's data. Returns (mesh,
-  axis_rules, pretrained run, task names)."""
+  axis_rules, pretrained run, task names).
+
+  Args:
+    config: a fine-tuning config.
+    workdir: where the run writes.
+  Returns:
+    (mesh, axis_rules, PretrainedRun, task names).
+  """
   validate(config)
   validation.workdir(workdir)
   mesh = sharding.make_mesh(config.mesh)
@@ -148,7 +177,18 @@ def preflight(config, workdir: str):
 
 def check_fit(config, pretrained: PretrainedRun, tasks, mesh) -> None:
   """That the batch splits over `mesh` and the tasks' inputs fit the pretrained model
-  (sequence length, segment ids); the GLUE run's preflight and the study's."""
+  (sequence length, segment ids); the GLUE run's preflight and the study's.
+
+  Args:
+    config: a fine-tuning config.
+    pretrained: the pretrained run.
+    tasks: the task names.
+    mesh: the device mesh.
+  Raises:
+    UserError: what does not fit, and the key to change.
+  Returns:
+    None.
+  """
   dp = sharding.data_parallel_size(mesh)
   if config.batch_size % dp:
     raise UserError(f'batch_size={config.batch_size} is not divisible by the data-parallel '

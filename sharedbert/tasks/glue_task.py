@@ -385,7 +385,7 @@ class TaskRun:
       record['dev'][split]['predictions'] = v['predictions']
     return record
 
-  def _save_model(self, manager, seed_dir: str, seed: int, epoch: int, params, dev: dict,
+  def save_model(self, manager, seed_dir: str, seed: int, epoch: int, params, dev: dict,
                   score: float):
     """The epoch's model; a write the disk refuses is one WriteFailed (exit 4), with the
     partial checkpoint removed (the seed starts over when the command is run again)."""
@@ -520,9 +520,9 @@ class _EpochModels(runner.Hook):
 
   def after_epoch(self, epoch: runner.Epoch) -> None:
     dev = epoch.evaluation
-    self.run._save_model(self.manager, self.seed_dir, self.seed, epoch.number,  # pylint: disable=protected-access
-                         epoch.state.params, _epoch_dev(dev),
-                         float(dev[self.run.spec.dev_splits[0]]['score']))
+    self.run.save_model(self.manager, self.seed_dir, self.seed, epoch.number,
+                        epoch.state.params, _epoch_dev(dev),
+                        float(dev[self.run.spec.dev_splits[0]]['score']))
 
   def close(self) -> None:
     self.manager.close()
