@@ -117,7 +117,15 @@ _ALIASES = {'sst': 'sst2', 'sts': 'stsb', 'diagnostic': 'ax'}
 
 
 def get_task(task: Union[str, TaskSpec]) -> TaskSpec:
-  """Looks a task up by name, forgiving case and GLUE's spelling ('SST-2', 'STS-B')."""
+  """Looks a task up by name, forgiving case and GLUE's spelling ('SST-2', 'STS-B').
+
+  Args:
+    task: a name or a TaskSpec.
+  Returns:
+    The TaskSpec.
+  Raises:
+    UserError: an unknown name.
+  """
   if isinstance(task, TaskSpec):
     return task
   key = str(task).lower().replace('-', '').replace('_', '')
@@ -150,7 +158,14 @@ class Example:
 
 
 def split_filename(task: Union[str, TaskSpec], split: str) -> str:
-  """The file name inside `<glue_dir>/<TASK>/` holding `split` (TFDS split names)."""
+  """The file name inside `<glue_dir>/<TASK>/` holding `split` (TFDS split names).
+
+  Args:
+    task: a name or TaskSpec.
+    split: a TFDS split name.
+  Returns:
+    'train.tsv', 'dev_matched.tsv', ...
+  """
   spec = get_task(task)
   _check_split(spec, split)
   if spec.name == 'ax':
@@ -169,7 +184,13 @@ def _layout_hint(spec: TaskSpec) -> str:
 
 
 def available_tasks(glue_dir: str) -> list[str]:
-  """Names of the tasks (TASKS order) whose directory exists in `glue_dir`."""
+  """Names of the tasks (TASKS order) whose directory exists in `glue_dir`.
+
+  Args:
+    glue_dir: a glue_data folder.
+  Returns:
+    Task names.
+  """
   if not _gfile().isdir(glue_dir):
     raise UserError(f'GLUE data directory {glue_dir} does not exist; set '
                     f'data.glue_dir to the folder holding CoLA/, SST-2/, ...')
@@ -228,6 +249,14 @@ def read_glue_dir(glue_dir: str, task: Union[str, TaskSpec], split: str,
   layout: source, label, original mark, sentence). A row with the wrong number
   of columns or a bad label raises UserError naming file and line, unless
   `skip_malformed` (for old QQP downloads, which have a few broken rows).
+
+  Args:
+    glue_dir: a glue_data folder.
+    task: a name or TaskSpec.
+    split: a TFDS split name.
+    skip_malformed: skip bad rows instead of stopping.
+  Returns:
+    The Examples.
   """
   spec = get_task(task)
   path = os.path.join(glue_dir, spec.glue_dir_name, split_filename(spec, split))
@@ -297,6 +326,13 @@ def read_tfds(task: Union[str, TaskSpec], split: str,
   """Reads a prepared TFDS `glue/<task>` split without touching the network.
 
   `split` may use TFDS slicing ('train[:10%]').
+
+  Args:
+    task: a name or TaskSpec.
+    split: a TFDS split.
+    data_dir: where it is prepared (None: tfds' default).
+  Returns:
+    The Examples.
   """
   spec = get_task(task)
   _check_split(spec, split.split('[', 1)[0])
@@ -356,7 +392,14 @@ _SUBMISSION_NAMES = {'mnli': {'test_matched': 'MNLI-m.tsv',
 
 
 def submission_filename(task: Union[str, TaskSpec], split: str = 'test') -> str:
-  """The file name the GLUE server expects for a test split (e.g. 'MNLI-mm.tsv')."""
+  """The file name the GLUE server expects for a test split (e.g. 'MNLI-mm.tsv').
+
+  Args:
+    task: a name or TaskSpec.
+    split: its test split.
+  Returns:
+    The file name.
+  """
   spec = get_task(task)
   _check_split(spec, split)
   if split not in spec.test_splits:
@@ -381,6 +424,13 @@ def write_submission(path: str, task: Union[str, TaskSpec],
 
   `predictions` are class ids in TFDS order (floats for STS-B), either a mapping
   guid -> prediction (guids of the test examples) or a sequence in test order.
+
+  Args:
+    path: the TSV to write.
+    task: a name or TaskSpec.
+    predictions: as above.
+  Returns:
+    None.
   """
   spec = get_task(task)
   items = (sorted(predictions.items()) if isinstance(predictions, Mapping)
@@ -396,7 +446,14 @@ def write_submission(path: str, task: Union[str, TaskSpec],
 
 
 def read_submission(path: str, task: Union[str, TaskSpec]) -> dict[int, Label]:
-  """Reads a submission back into guid -> class id (float for STS-B)."""
+  """Reads a submission back into guid -> class id (float for STS-B).
+
+  Args:
+    path: a submission TSV.
+    task: a name or TaskSpec.
+  Returns:
+    {guid: prediction}.
+  """
   spec = get_task(task)
   out = {}
   lines = _read_lines(path)

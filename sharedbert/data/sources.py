@@ -33,7 +33,13 @@ CORPUS_KEY = 'config.data.corpus'
 
 
 def is_tfds(corpus: str) -> bool:
-  """Whether `corpus` names a tfds dataset ('tfds:name/config')."""
+  """Whether `corpus` names a tfds dataset ('tfds:name/config').
+
+  Args:
+    corpus: data.corpus.
+  Returns:
+    True for 'tfds:...'.
+  """
   return corpus.startswith('tfds:')
 
 
@@ -92,7 +98,13 @@ def _read_text(path: str) -> str:
 
 
 def local_documents(path: str) -> list[str]:
-  """All documents of a local corpus: paragraphs separated by blank lines."""
+  """All documents of a local corpus: paragraphs separated by blank lines.
+
+  Args:
+    path: a text file or a folder of them.
+  Returns:
+    The documents, in file order.
+  """
   docs = []
   for file in _text_files(path):
     text = _read_text(file).replace('\r\n', '\n').replace('\r', '\n')
@@ -106,20 +118,41 @@ def local_documents(path: str) -> list[str]:
 
 
 def in_memory_documents(corpus: str) -> list[str]:
-  """The documents of a local corpus (a file or folder of text) or of 'demo'."""
+  """The documents of a local corpus (a file or folder of text) or of 'demo'.
+
+  Args:
+    corpus: a path or 'demo'.
+  Returns:
+    The documents.
+  """
   if corpus == 'demo':
     return demo_corpus.documents()
   return local_documents(os.path.expanduser(corpus))
 
 
 def is_heldout(index: int, eval_fraction: float) -> bool:
-  """A fixed pseudo-random choice of held-out documents, the same on every process."""
+  """A fixed pseudo-random choice of held-out documents, the same on every process.
+
+  Args:
+    index: the document's index.
+    eval_fraction: the held-out share.
+  Returns:
+    Whether it is held out.
+  """
   return zlib.crc32(index.to_bytes(8, 'little')) / 2**32 < eval_fraction
 
 
 def split_documents(docs: list[str], split: str, eval_fraction: float) -> list[str]:
   """The documents of `split` ('train' or 'eval', by a fixed hash of the index); a UserError
-  when none are left."""
+  when none are left.
+
+  Args:
+    docs: every document.
+    split: 'train' or 'eval'.
+    eval_fraction: the held-out share.
+  Returns:
+    The split's documents.
+  """
   keep_heldout = split == 'eval'
   out = [d for i, d in enumerate(docs) if is_heldout(i, eval_fraction) == keep_heldout]
   if not out:
@@ -136,7 +169,14 @@ def _tfds_name(corpus: str) -> str:
 
 
 def tfds_builder(corpus: str, data_dir: str | None):
-  """The tfds builder for `corpus`; a UserError for an unknown name."""
+  """The tfds builder for `corpus`; a UserError for an unknown name.
+
+  Args:
+    corpus: 'tfds:name[/config]'.
+    data_dir: where tfds datasets are prepared (None: its default).
+  Returns:
+    The builder.
+  """
   import tensorflow_datasets as tfds
   name = _tfds_name(corpus)
   try:
@@ -149,6 +189,12 @@ def open_tfds_split(builder, split: str):
   """builder.as_dataset, turning tfds' 'not prepared' failure into a UserError.
 
   (Asking `builder.is_prepared()` first would also refuse tfds.testing.mock_data.)
+
+  Args:
+    builder: a tfds builder.
+    split: a split name.
+  Returns:
+    The tf.data.Dataset.
   """
   try:
     return builder.as_dataset(split=split, shuffle_files=False)
@@ -163,7 +209,18 @@ def open_tfds_split(builder, split: str):
 def tfds_documents(corpus: str, split: str, *, data_dir: str | None, text_key: str,
                    eval_fraction: float, process_index: int = 0,
                    process_count: int = 1) -> Iterator[str]:
-  """Streams documents of one process's shard of a tfds corpus, in a fixed order."""
+  """Streams documents of one process's shard of a tfds corpus, in a fixed order.
+
+  Args:
+    corpus: 'tfds:name[/config]'.
+    split: 'train' or 'eval' (a held-out share of tfds' train split where it has no other).
+    data_dir: where it is prepared.
+    text_key: the text field.
+    eval_fraction: the held-out share.
+    process_index, process_count: this process's shard.
+  Returns:
+    An iterator of documents.
+  """
   import tensorflow_datasets as tfds
   builder = tfds_builder(corpus, data_dir)
   splits = builder.info.splits

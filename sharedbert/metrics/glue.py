@@ -41,14 +41,29 @@ def _out(x):
 
 @batched
 def accuracy(predictions, labels):
-  """Fraction of predictions equal to the labels."""
+  """Fraction of predictions equal to the labels.
+
+  Args:
+    predictions: [n] class ids (or [..., n] batched resamples).
+    labels: [n] (or [..., n]).
+  Returns:
+    A fraction (an array for batched inputs).
+  """
   p, l = _pair(predictions, labels)
   return _out(np.mean(p == l, axis=-1))
 
 
 @batched
 def f1_binary(predictions, labels, positive=1):
-  """F1 of the `positive` class (MRPC/QQP: 1 = equivalent/duplicate)."""
+  """F1 of the `positive` class (MRPC/QQP: 1 = equivalent/duplicate).
+
+  Args:
+    predictions: [n] class ids (or [..., n] batched resamples).
+    labels: [n] (or [..., n]).
+    positive: the class F1 is of.
+  Returns:
+    F1, 0.0 when undefined.
+  """
   p, l = _pair(predictions, labels)
   pp, lp = p == positive, l == positive
   tp = np.sum(pp & lp, axis=-1)
@@ -68,7 +83,14 @@ def _class_ids(p, l):
 
 @batched
 def matthews_corrcoef(predictions, labels):
-  """Matthews correlation (multiclass form, = scikit-learn's); 0.0 if undefined."""
+  """Matthews correlation (multiclass form, = scikit-learn's); 0.0 if undefined.
+
+  Args:
+    predictions: [n] class ids (or [..., n] batched resamples).
+    labels: [n] (or [..., n]).
+  Returns:
+    MCC in [-1, 1].
+  """
   p, l = _pair(predictions, labels)
   p, l, k = _class_ids(p, l)
   batch, n = p.shape[:-1], p.shape[-1]
@@ -92,7 +114,13 @@ def matthews_corrcoef(predictions, labels):
 
 @batched
 def pearson(predictions, labels):
-  """Pearson correlation; 0.0 when either side is constant."""
+  """Pearson correlation; 0.0 when either side is constant.
+
+  Args:
+    predictions, labels: [n] floats (or [..., n]).
+  Returns:
+    The correlation.
+  """
   x, y = _pair(predictions, labels)
   x, y = x.astype(np.float64), y.astype(np.float64)
   xc = x - x.mean(axis=-1, keepdims=True)
@@ -107,7 +135,13 @@ def pearson(predictions, labels):
 
 @batched
 def spearman(predictions, labels):
-  """Spearman rank correlation (average ranks for ties); 0.0 if either is constant."""
+  """Spearman rank correlation (average ranks for ties); 0.0 if either is constant.
+
+  Args:
+    predictions, labels: [n] floats (or [..., n]).
+  Returns:
+    The correlation.
+  """
   x, y = _pair(predictions, labels)
   return pearson(scipy.stats.rankdata(x, axis=-1), scipy.stats.rankdata(y, axis=-1))
 
@@ -117,7 +151,13 @@ _METRICS = {'mcc': matthews_corrcoef, 'accuracy': accuracy, 'f1': f1_binary,
 
 
 def metric_fn(name: str):
-  """The batched metric function called `name` ('mcc', 'accuracy', 'f1', ...)."""
+  """The batched metric function called `name` ('mcc', 'accuracy', 'f1', ...).
+
+  Args:
+    name: a metric's name.
+  Returns:
+    (predictions, labels) -> value, batched over leading axes.
+  """
   if name not in _METRICS:
     raise KeyError(f'unknown GLUE metric {name!r}; known: {", ".join(_METRICS)}')
   return _METRICS[name]
@@ -137,7 +177,14 @@ def _as_predictions(spec, predictions):
 
 
 def task_metrics(task, predictions, labels) -> dict[str, float]:
-  """The GLUE metrics of `task` as fractions, e.g. MRPC {'f1', 'accuracy'}."""
+  """The GLUE metrics of `task` as fractions, e.g. MRPC {'f1', 'accuracy'}.
+
+  Args:
+    task: a task name or TaskSpec.
+    predictions, labels: [n].
+  Returns:
+    {metric: value}.
+  """
   spec = get_task(task)
   p = _as_predictions(spec, predictions)
   l = np.asarray(labels)
@@ -149,6 +196,12 @@ def task_score(task, metrics: Mapping[str, float]) -> float:
 
   MRPC/QQP (F1 + accuracy) / 2, STS-B (Pearson + Spearman) / 2, CoLA MCC, else
   accuracy. Same scale as `metrics` (fractions).
+
+  Args:
+    task: a task name or TaskSpec.
+    metrics: task_metrics' dict.
+  Returns:
+    The score.
   """
   names = get_task(task).metric_names
   missing = [n for n in names if n not in metrics]
@@ -158,7 +211,13 @@ def task_score(task, metrics: Mapping[str, float]) -> float:
 
 
 def task_score_fn(task):
-  """A batched (predictions, labels) -> score function, for bootstrap intervals."""
+  """A batched (predictions, labels) -> score function, for bootstrap intervals.
+
+  Args:
+    task: a task name or TaskSpec.
+  Returns:
+    The function.
+  """
   spec = get_task(task)
   fns = [_METRICS[n] for n in spec.metric_names]
 
@@ -178,7 +237,14 @@ _IGNORED_KEYS = ('wnli', 'ax')
 
 
 def score_key(task, split: str) -> str:
-  """Key of a (task, split) score in `glue_average`: MNLI gets mnli_m / mnli_mm."""
+  """Key of a (task, split) score in `glue_average`: MNLI gets mnli_m / mnli_mm.
+
+  Args:
+    task: a task name or TaskSpec.
+    split: its dev split.
+  Returns:
+    The key ('cola', 'mnli_m', ...).
+  """
   spec = get_task(task)
   if spec.name == 'mnli':
     if split.endswith('_mismatched'):
@@ -209,6 +275,11 @@ def glue_average(scores: Mapping[str, float]) -> tuple[float, list[str], list[st
   Keys are task names ('SST-2', 'sst2', ...) with MNLI as 'mnli_m'/'mnli_mm'
   (see `score_key`). When tasks are missing the mean is over the covered ones
   only, so report `covered`/`missing` alongside it; NaN when nothing is covered.
+
+  Args:
+    scores: {key: score}.
+  Returns:
+    (mean, covered keys, missing keys).
   """
   norm = {}
   for key, value in scores.items():

@@ -28,13 +28,25 @@ _CHUNK_ELEMENTS = 1 << 18
 
 
 def batched(fn):
-  """Marks `fn` as scoring many resamples at once: (..., n) arrays -> (...) values."""
+  """Marks `fn` as scoring many resamples at once: (..., n) arrays -> (...) values.
+
+  Args:
+    fn: a metric (predictions, labels) -> value that broadcasts over leading axes.
+  Returns:
+    `fn`, marked.
+  """
   fn.batched = True
   return fn
 
 
 def mean_std(values) -> tuple[float, float]:
-  """Mean and sample standard deviation (ddof=1; 0.0 for a single value)."""
+  """Mean and sample standard deviation (ddof=1; 0.0 for a single value).
+
+  Args:
+    values: numbers.
+  Returns:
+    (mean, std).
+  """
   v = np.asarray(values, dtype=np.float64).ravel()
   if v.size == 0:
     raise ValueError('mean_std needs at least one value')
@@ -47,6 +59,12 @@ def t_interval(values, confidence: float = 0.95) -> tuple[float, float]:
 
   Of per-seed differences between two systems, it is the seed-paired interval: one that
   excludes 0 says the difference holds across seeds, not just for the seeds drawn.
+
+  Args:
+    values: numbers.
+    confidence: the interval's coverage.
+  Returns:
+    (low, high).
   """
   v = np.asarray(values, np.float64).ravel()
   if v.size < 2:
@@ -130,6 +148,15 @@ def bootstrap_seed_mean(metric_fn: MetricFn, predictions_per_seed, labels, *,
   predictions on those same examples; the value is the mean of those scores. Its
   percentile interval (`percentile_interval`) is the dev-set sampling uncertainty of
   a seed-averaged figure (the spread between seeds is reported separately, as std).
+
+  Args:
+    metric_fn: (predictions, labels) -> value.
+    predictions_per_seed: [seeds, n].
+    labels: [n].
+    num_resamples: resamples.
+    seed: the draws' seed.
+  Returns:
+    [num_resamples] values.
   """
   preds, labels = _check(list(predictions_per_seed), labels, num_resamples, 0.5)
   if not preds:
@@ -150,6 +177,15 @@ def bootstrap_hierarchical_mean(metric_fn: MetricFn, predictions, labels, *,
   draws P pretraining seeds with replacement and, within each, S fine-tuning seeds with
   replacement; its value is the mean of the drawn models' scores. The seed draws come from
   a generator of their own (seeded by `seed`), the same for every variant compared.
+
+  Args:
+    metric_fn: (predictions, labels) -> value.
+    predictions: [P][S] arrays of [n].
+    labels: [n].
+    num_resamples: resamples.
+    seed: the draws' seed.
+  Returns:
+    [num_resamples] values.
   """
   groups = [list(g) for g in predictions]
   if not groups or any(len(g) != len(groups[0]) or not g for g in groups):
@@ -167,7 +203,14 @@ def bootstrap_hierarchical_mean(metric_fn: MetricFn, predictions, labels, *,
 
 
 def percentile_interval(samples, confidence: float = 0.95) -> tuple[float, float]:
-  """The central `confidence` percentile interval (low, high) of bootstrap samples."""
+  """The central `confidence` percentile interval (low, high) of bootstrap samples.
+
+  Args:
+    samples: bootstrap values.
+    confidence: the interval's coverage.
+  Returns:
+    (low, high).
+  """
   if not 0.0 < confidence < 1.0:
     raise ValueError(f'confidence must be in (0, 1), got {confidence}')
   return _interval(np.asarray(samples, dtype=np.float64), confidence)
@@ -183,6 +226,14 @@ def paired_bootstrap_diff(metric_fn: MetricFn, preds_a, preds_b, labels, *,
   `diff` is the observed metric_fn(a) - metric_fn(b) on the full set (the point
   estimate); (low, high) is the percentile interval of the resampled differences.
   An interval excluding 0 means a is reliably better (or worse) on this dev set.
+
+  Args:
+    metric_fn: (predictions, labels) -> value.
+    preds_a, preds_b: [n] each.
+    labels: [n].
+    num_resamples, confidence, seed: as bootstrap_ci's.
+  Returns:
+    (diff, low, high).
   """
   (a, b), labels = _check([preds_a, preds_b], labels, num_resamples, confidence)
   diff = float(metric_fn(a, labels)) - float(metric_fn(b, labels))
@@ -223,7 +274,16 @@ def paired_tests(diffs, delta: float) -> dict:
   """One-sample t tests on seed-paired differences `diffs` (lower is better, e.g. held-out
   loss of a variant minus standard's, in nats): the mean, the two-sided p of 'no
   difference', and the TOST p of 'equivalent within +-delta' (the larger of the two
-  one-sided p-values)."""
+  one-sided p-values).
+
+  Args:
+    diffs: per-seed differences.
+    delta: the equivalence margin.
+  Returns:
+    {'mean', 'se', 'df', 'p_diff' (no difference), 'p_tost' (equivalence), 'seeds'}.
+  Raises:
+    ValueError: fewer than 2 differences.
+  """
   d = np.asarray(diffs, np.float64).ravel()
   if d.size < 2:
     raise ValueError('a paired test needs at least 2 seeds')
@@ -254,7 +314,16 @@ def family_verdicts(diffs_by_name: dict, delta: float, alpha: float = 0.05) -> d
 
   Equivalence is asked first: a difference that is real but inside the margin is called
   equivalent, the claim an efficiency paper needs. Each entry also holds the 1-alpha t
-  interval (ci_low, ci_high) and the raw and adjusted p-values."""
+  interval (ci_low, ci_high) and the raw and adjusted p-values.
+
+  Args:
+    diffs_by_name: {name: per-seed differences against the base}.
+    delta: the equivalence margin.
+    alpha: the family-wise level.
+  Returns:
+    {name: {'delta_nats', 'ci_low', 'ci_high', 'verdict', 'seeds', 'p_diff',
+    'p_diff_holm', 'p_tost', 'p_tost_holm', 'margin'}}.
+  """
   names = list(diffs_by_name)
   tests = {n: paired_tests(diffs_by_name[n], delta) for n in names}
   adj_diff = dict(zip(names, holm([tests[n]['p_diff'] for n in names])))
