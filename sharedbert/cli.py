@@ -62,7 +62,15 @@ def _unknown_override(argv: list[str], config_arg: str, module: str) -> str:
 
 
 def flag_error_message(error: Exception, argv: list[str], module: str) -> str | None:
-  """One line for a mistake in the flags or the config, or None for a bug (traceback)."""
+  """One line for a mistake in the flags or the config, or None for a bug (traceback).
+
+  Args:
+    error: what flag parsing raised.
+    argv: the command line.
+    module: the command's module.
+  Returns:
+    The line, or None.
+  """
   config_arg = ([a.split('=', 1)[1] for a in argv if a.startswith('--config=')] or [''])[-1]
   if isinstance(error, UserError):  # Raised by the config file's get_config(arg).
     return f'{error} (in --config={config_arg})'
@@ -98,7 +106,13 @@ PATH_FLAGS = ('workdir', 'hf_dir', 'source', 'target', 'encoder', 'data', 'fit_t
 
 def user_path(value: str) -> str:
   """A path as the user typed it, resolved once: ~ expanded, relative made absolute against
-  the current directory. URLs (gs://...), tfds corpora and the demo corpus stay as they are."""
+  the current directory. URLs (gs://...), tfds corpora and the demo corpus stay as they are.
+
+  Args:
+    value: the flag's value.
+  Returns:
+    The path.
+  """
   if not value or '://' in value or value.startswith('tfds:') or value == 'demo':
     return value
   return os.path.abspath(os.path.expanduser(value))
@@ -119,7 +133,14 @@ CONFIG_FILES = {'pretrain': 'configs/<variant>_base.py', 'finetune': 'configs/gl
 
 
 def config_kind_error(module: str, mode) -> str | None:
-  """One line when --config is of a kind the command does not take, else None."""
+  """One line when --config is of a kind the command does not take, else None.
+
+  Args:
+    module: the command's module.
+    mode: the config's mode.
+  Returns:
+    The line, or None.
+  """
   allowed = CONFIG_MODES.get(module)
   if allowed is None or mode in allowed:
     return None
@@ -129,7 +150,11 @@ def config_kind_error(module: str, mode) -> str | None:
 
 def resolve_path_flags() -> None:
   """Resolves every path flag the command defines (`PATH_FLAGS`) in place: a relative
-  --workdir crashed GLUE's checkpointing after training, and --workdir=~/x made ./~/x."""
+  --workdir crashed GLUE's checkpointing after training, and --workdir=~/x made ./~/x.
+
+  Returns:
+    None.
+  """
   for name in PATH_FLAGS:
     if name in FLAGS and isinstance(FLAGS[name].value, str):
       FLAGS[name].value = user_path(FLAGS[name].value)
@@ -156,6 +181,12 @@ def flags_parser(program: str, module: str) -> Callable[[list[str]], list[str]]:
 
   Config overrides are checked here, before main() runs: an unknown key, a value of the
   wrong type, a config file that does not load.
+
+  Args:
+    program: the name messages use ('sharedbert train').
+    module: the command's module.
+  Returns:
+    argv -> the arguments left after the flags (absl's flags_parser).
   """
   def parse(argv: list[str]) -> list[str]:
     logging.get_absl_handler().addFilter(QuietLibraries())
@@ -204,7 +235,13 @@ def load_run(config) -> Callable[[str], object]:
   """The run of a parsed --config, by config.mode (pretraining, fine-tuning or the study):
   its module is loaded now, so that `python -m sharedbert.main` says a flag or config
   mistake before JAX and TensorFlow load (seconds). Returns run(workdir) -> what the mode's
-  function returns; it joins the other processes of a multi-process launch first."""
+  function returns; it joins the other processes of a multi-process launch first.
+
+  Args:
+    config: the parsed --config.
+  Returns:
+    As above.
+  """
   mode = config.get('mode', 'pretrain')
   if mode not in MODES:
     raise UserError(f'unknown config.mode {mode!r}')
@@ -251,7 +288,11 @@ SUBCOMMANDS = {
 
 
 def usage() -> str:
-  """The text of `sharedbert --help`: how to call it and every subcommand."""
+  """The text of `sharedbert --help`: how to call it and every subcommand.
+
+  Returns:
+    The text.
+  """
   width = max(len(name) for name in SUBCOMMANDS)
   lines = ['usage: sharedbert SUBCOMMAND [flags]     (sharedbert SUBCOMMAND --help: its flags)',
            '       sharedbert --config=CONFIG[:ARG] --workdir=DIR   (the same as `sharedbert run`)',
@@ -261,7 +302,13 @@ def usage() -> str:
 
 
 def command(argv: list[str] | None = None) -> None:
-  """The `sharedbert` console script: runs the subcommand's module as `python -m` would."""
+  """The `sharedbert` console script: runs the subcommand's module as `python -m` would.
+
+  Args:
+    argv: the command line (None: sys.argv).
+  Returns:
+    None.
+  """
   import runpy
   interrupts.quit_at_once('sharedbert')
   argv = list(sys.argv if argv is None else argv)

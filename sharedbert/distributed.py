@@ -24,6 +24,12 @@ def distributed_args(environ) -> dict | None:
   SLURM (and the coordinator from JAX_COORDINATOR_ADDRESS when the sbatch script sets it);
   on a Cloud TPU VM (libtpu and /dev/accel* or /dev/vfio present), on GKE TPU slices
   (TPU_WORKER_HOSTNAMES), or with SHAREDBERT_DISTRIBUTED=1, JAX detects the rest itself.
+
+  Args:
+    environ: the environment (os.environ).
+  Returns:
+    jax.distributed.initialize's keyword arguments (only coordinator_address, maybe None,
+    where JAX detects the rest), or None.
   """
   mode = environ.get('SHAREDBERT_DISTRIBUTED', 'auto')
   if mode == '0':
@@ -63,6 +69,9 @@ def initialize():
   """Joins the other processes when launched on a pod or a cluster (see launch/).
 
   Only process 0 logs at INFO; the others keep warnings and errors.
+
+  Returns:
+    None.
   """
   args = distributed_args(os.environ)
   if args is None:

@@ -46,7 +46,13 @@ class Diverged(UserError):
 
 def write_failure(error: BaseException) -> str | None:
   """The OS's words when `error` (or what caused it) is a write the disk refused, else None.
-  Libraries wrap it differently (safetensors: 'No space left on device (os error 28)')."""
+  Libraries wrap it differently (safetensors: 'No space left on device (os error 28)').
+
+  Args:
+    error: any exception.
+  Returns:
+    The reason, or None.
+  """
   while error is not None:
     if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
       return f'{error.strerror}' + (f': {error.filename}' if error.filename else '')
@@ -63,7 +69,15 @@ def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False
   write the disk refused (full, quota, read-only) into one line and exit 4, as in
   pretraining (the command removes its own temporary files before the error reaches here),
   and Ctrl-C into one line and exit 130: for a command that `trains`, a stop at the next
-  step boundary (SIGTERM too: exit 143; sharedbert.interrupts), else at once."""
+  step boundary (SIGTERM too: exit 143; sharedbert.interrupts), else at once.
+
+  Args:
+    program: the name the lines start with.
+    verbose: show tracebacks of user errors.
+    trains: Ctrl-C stops at the next step boundary.
+  Returns:
+    A context manager.
+  """
   stopped = (f'{program}: stopped by Ctrl-C; finished work is kept; run the same command '
              'again to go on')
   try:
@@ -90,7 +104,14 @@ def one_line_errors(program: str, verbose: bool = False, *, trains: bool = False
 
 
 def refused_write_line(program: str, reason: str) -> str:
-  """The one line a command prints when the disk refused a write."""
+  """The one line a command prints when the disk refused a write.
+
+  Args:
+    program: the command's name.
+    reason: the OS's words.
+  Returns:
+    The line.
+  """
   return (f'{program}: error: could not write: {reason}; free some space (or fix the '
           'permissions), then run the same command again')
 

@@ -32,7 +32,13 @@ _received: list[int] = []  # The signals seen since stop_on_signals was entered.
 
 
 def signal_name(signum: int) -> str:
-  """'Ctrl-C (SIGINT)', 'SIGHUP (the terminal closed)' or 'SIGTERM', for messages."""
+  """'Ctrl-C (SIGINT)', 'SIGHUP (the terminal closed)' or 'SIGTERM', for messages.
+
+  Args:
+    signum: a signal number.
+  Returns:
+    Its name for messages.
+  """
   return {signal.SIGINT: 'Ctrl-C (SIGINT)',
           signal.SIGHUP: 'SIGHUP (the terminal closed)'}.get(signum, 'SIGTERM')
 
@@ -66,7 +72,14 @@ SWALLOWED_AFTER_S = 5.0
 def exit_now(line: str, code: int):
   """Prints `line` and exits with `code` without the interpreter's teardown: writer or
   compiler threads still running would print their own tracebacks (or crash) on the way
-  out; what the command keeps is on disk already."""
+  out; what the command keeps is on disk already.
+
+  Args:
+    line: printed to stderr.
+    code: the exit status.
+  Returns:
+    Never.
+  """
   print(line, file=sys.stderr)
   sys.stdout.flush()
   sys.stderr.flush()
@@ -98,7 +111,13 @@ def _handler(second_ctrl_c_line: str | None):
 def quit_at_once(program: str) -> None:
   """Until a command enters stop_on_signals (while Python loads and the flags are read,
   before anything is written), Ctrl-C quits with one line and exit 130, not a traceback
-  from whatever import it lands in."""
+  from whatever import it lands in.
+
+  Args:
+    program: the name the line starts with.
+  Returns:
+    None.
+  """
   def handle(signum, frame):
     del signum, frame
     print(f'{program}: stopped by Ctrl-C before any work began', file=sys.stderr)
@@ -116,7 +135,11 @@ def _record(signum, frame):
 def flag_only() -> None:
   """In a worker process: signals only set the flag, for good (its parent, which also
   forwards them, decides when to stop; a KeyboardInterrupt in an idle worker would print a
-  traceback)."""
+  traceback).
+
+  Returns:
+    None.
+  """
   _received.clear()
   for s in SIGNALS:
     signal.signal(s, _record)
@@ -127,7 +150,13 @@ def stop_on_signals(second_ctrl_c_line: str | None = None):
   """Within: SIGINT and SIGTERM set the flag that check() reads (main thread only; in any
   other thread, e.g. some notebook runners, Python keeps its own handling). A second Ctrl-C
   raises KeyboardInterrupt; a command that turns it into `second_ctrl_c_line` passes that
-  line, said and exit 130 if the exception is lost (SWALLOWED_AFTER_S)."""
+  line, said and exit 130 if the exception is lost (SWALLOWED_AFTER_S).
+
+  Args:
+    second_ctrl_c_line: as above, or None.
+  Returns:
+    A context manager.
+  """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
@@ -145,7 +174,13 @@ def interrupt_at_once(line: str | None = None):
   """Within: Ctrl-C raises KeyboardInterrupt where it lands (as Python's own handler does),
   for a command with no training loop to stop at (benchmarks, conversions, reports). A
   command that turns it into `line` passes that line: said, and exit 130, if the exception
-  is lost (SWALLOWED_AFTER_S)."""
+  is lost (SWALLOWED_AFTER_S).
+
+  Args:
+    line: as above, or None.
+  Returns:
+    A context manager.
+  """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
@@ -157,13 +192,25 @@ def interrupt_at_once(line: str | None = None):
 
 
 def requested() -> int | None:
-  """The first signal received within stop_on_signals, or None."""
+  """The first signal received within stop_on_signals, or None.
+
+  Returns:
+    The signal number, or None.
+  """
   return _received[0] if _received else None
 
 
 def check(kept: str) -> None:
   """Raises Stopped if a signal was received; `kept` says what a rerun finds (e.g. 'the
-  finished seeds are kept')."""
+  finished seeds are kept').
+
+  Args:
+    kept: as above.
+  Raises:
+    Stopped: a signal was received.
+  Returns:
+    None.
+  """
   signum = requested()
   if signum is not None:
     raise Stopped(f'stopped by {signal_name(signum)}; {kept}; run the same command again to '

@@ -66,7 +66,13 @@ def _quiet_closed_event_loops(hook):
 
 def main(argv):
   """absl's main: runs --config in --workdir, turning errors into exit codes (the module
-  docstring)."""
+  docstring).
+
+  Args:
+    argv: absl's (the program name only).
+  Returns:
+    None.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if not FLAGS.verbose:
@@ -111,7 +117,11 @@ parse_flags = cli.flags_parser('sharedbert', 'sharedbert.main')
 
 
 def entry():
-  """The console entry point of `python -m sharedbert.main`."""
+  """The console entry point of `python -m sharedbert.main`.
+
+  Returns:
+    None.
+  """
   app.run(main, flags_parser=parse_flags)
 
 

@@ -23,7 +23,8 @@ from sharedbert import optim as optim_lib
 from sharedbert import sharding
 from sharedbert.data import pretrain as pretrain_data
 from sharedbert.errors import UserError
-from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.layout import to_layout
 
 
 class TrainState(struct.PyTreeNode):

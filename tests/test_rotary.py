@@ -257,7 +257,7 @@ def test_every_path_rotates_as_the_plain_one(setting):
   """scan, remat and the fused attention call compute what the unrolled einsum path does; a
   causal model's rows see only what is behind them (its last token's output equals the
   bidirectional model's on the whole row, its first token's does not)."""
-  from sharedbert.models.bert import stack_layers
+  from sharedbert.models.layout import stack_layers
   inputs_ = _tiny_inputs()
   cfg = config('shared', rope_query_phase=0.5)
   params = perturb(jax.tree.map(np.asarray, nn.unbox(

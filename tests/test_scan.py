@@ -21,8 +21,8 @@ from sharedbert import optim as optim_lib
 from sharedbert.config import DEFAULT_LOGICAL_AXIS_RULES
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import (BertForPretraining, ModelConfig, stack_layers, to_layout,
-                                    unstack_layers)
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.layout import stack_layers, to_layout, unstack_layers
 from test_model import make_inputs
 
 VARIANTS = ('standard', 'shared', 'shared_qk', 'symmetric', 'pairwise', 'partial_qk', 'masa',

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sharedbert import sharding
+from sharedbert.metrics import squad as squad_metrics
 from sharedbert.tasks import squad
 from sharedbert.models.params import load_config_file
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -19,40 +20,40 @@ from test_finetune import pretrained  # noqa: F401  (a fixture: 2 steps of a 1-l
 # Metrics, worked by hand.
 
 def test_normalize_answer():
-  assert squad.normalize_answer('The  Quick, brown fox!') == 'quick brown fox'
-  assert squad.normalize_answer('An apple a day') == 'apple day'
+  assert squad_metrics.normalize_answer('The  Quick, brown fox!') == 'quick brown fox'
+  assert squad_metrics.normalize_answer('An apple a day') == 'apple day'
   # Articles only as whole words; punctuation removed before articles are matched.
-  assert squad.normalize_answer('theater at-the end') == 'theater atthe end'
-  assert squad.normalize_answer('  ') == ''
+  assert squad_metrics.normalize_answer('theater at-the end') == 'theater atthe end'
+  assert squad_metrics.normalize_answer('  ') == ''
 
 
 def test_exact_and_f1_single_gold():
-  assert squad.exact_match('the Denver Broncos', 'Denver Broncos!') == 1.0
+  assert squad_metrics.exact_match('the Denver Broncos', 'Denver Broncos!') == 1.0
   # pred [cat, sat], gold [cat, sat, on, mat]: p = 1, r = 1/2, F1 = 2/3.
-  assert squad.f1('the cat sat', 'cat sat on a mat') == pytest.approx(2 / 3)
+  assert squad_metrics.f1('the cat sat', 'cat sat on a mat') == pytest.approx(2 / 3)
   # Repeated tokens count with multiplicity: pred [a1 a1 b], gold [a1 b b] -> common {a1, b}.
-  assert squad.f1('x x y', 'x y y') == pytest.approx(2 / 3)
-  assert squad.f1('nothing shared', 'other words') == 0.0
+  assert squad_metrics.f1('x x y', 'x y y') == pytest.approx(2 / 3)
+  assert squad_metrics.f1('nothing shared', 'other words') == 0.0
 
 
 def test_best_over_multiple_gold_answers():
   golds = ['Denver Broncos', 'Broncos', 'the Broncos']
-  assert squad.score_question('Broncos', golds, '1.1') == (1.0, 1.0)
+  assert squad_metrics.score_question('Broncos', golds, '1.1') == (1.0, 1.0)
   # 'broncos team' vs 'denver broncos': F1 1/2; vs 'broncos': p 1/2, r 1 -> 2/3.
-  exact, f1 = squad.score_question('the Broncos team', golds, '1.1')
+  exact, f1 = squad_metrics.score_question('the Broncos team', golds, '1.1')
   assert exact == 0.0 and f1 == pytest.approx(2 / 3)
 
 
 def test_no_answer_rules_of_each_version():
   # v2.0: no gold answer means the gold is ''; an empty prediction is then right.
-  assert squad.score_question('', [], '2.0') == (1.0, 1.0)
-  assert squad.score_question('Denver', [], '2.0') == (0.0, 0.0)
+  assert squad_metrics.score_question('', [], '2.0') == (1.0, 1.0)
+  assert squad_metrics.score_question('Denver', [], '2.0') == (0.0, 0.0)
   # v2.0 drops gold answers that normalise to nothing (here 'the').
-  assert squad.gold_answers(['the', 'Denver'], '2.0') == ['Denver']
-  assert squad.f1('', 'Denver', '2.0') == 0.0
+  assert squad_metrics.gold_answers(['the', 'Denver'], '2.0') == ['Denver']
+  assert squad_metrics.f1('', 'Denver', '2.0') == 0.0
   # v1.1: an empty prediction shares nothing: F1 0 (no special case).
-  assert squad.f1('', '', '1.1') == 0.0
-  assert squad.f1('', '', '2.0') == 1.0
+  assert squad_metrics.f1('', '', '1.1') == 0.0
+  assert squad_metrics.f1('', '', '2.0') == 1.0
 
 
 def _ex(qid, answers, context='c'):
@@ -63,17 +64,17 @@ def _ex(qid, answers, context='c'):
 def test_evaluate_v1_and_v2_split():
   examples = [_ex('a', ['Denver Broncos']), _ex('b', ['cat sat on a mat']), _ex('c', [])]
   preds = {'a': 'Denver Broncos', 'b': 'the cat sat', 'c': ''}
-  v2 = squad.evaluate(examples, preds, '2.0')
+  v2 = squad_metrics.evaluate(examples, preds, '2.0')
   assert v2['exact'] == pytest.approx(100 * 2 / 3)
   assert v2['f1'] == pytest.approx(100 * (1 + 2 / 3 + 1) / 3)
   assert v2['HasAns_exact'] == pytest.approx(50.0)
   assert v2['HasAns_f1'] == pytest.approx(100 * (1 + 2 / 3) / 2)
   assert v2['NoAns_exact'] == v2['NoAns_f1'] == 100.0
   assert (v2['HasAns_total'], v2['NoAns_total']) == (2, 1)
-  v1 = squad.evaluate(examples[:2], preds, '1.1')
+  v1 = squad_metrics.evaluate(examples[:2], preds, '1.1')
   assert v1['exact'] == 50.0 and 'HasAns_exact' not in v1
   with pytest.raises(ValueError, match='no prediction'):
-    squad.evaluate(examples, {'a': 'x'}, '1.1')
+    squad_metrics.evaluate(examples, {'a': 'x'}, '1.1')
 
 
 def test_best_threshold_as_the_official_script():
@@ -84,10 +85,10 @@ def test_best_threshold_as_the_official_script():
   raw = {'a': 1.0, 'b': 0.0, 'c': 0.5}
   margins = {'a': -2.0, 'b': 1.0, 'c': 3.0}
   has = {'a': True, 'b': False, 'c': True}
-  best, threshold = squad.best_threshold(preds, raw, margins, has)
+  best, threshold = squad_metrics.best_threshold(preds, raw, margins, has)
   assert best == pytest.approx(100 * 2 / 3) and threshold == -2.0
   # Applying it gives that score: a keeps its answer, b and c get none.
-  applied = squad.apply_threshold(preds, margins, threshold)
+  applied = squad_metrics.apply_threshold(preds, margins, threshold)
   assert applied == {'a': 'x', 'b': '', 'c': ''}
 
 

@@ -14,7 +14,8 @@ from sharedbert.convert import hf as convert_hf
 from sharedbert.convert import shared as convert_shared
 from sharedbert.errors import UserError
 from sharedbert.lab import uptrain
-from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.layout import unstack_layers
 from sharedbert.models.params import load_config_file
 from sharedbert.utils import workers
 

@@ -34,8 +34,9 @@ import numpy as np  # noqa: E402
 from configs import glue as glue_config  # noqa: E402
 from sharedbert import optim as optim_lib  # noqa: E402
 from sharedbert.convert import hf as convert_hf  # noqa: E402
+from sharedbert.convert import hf_tokenizer  # noqa: E402
 from sharedbert.data import glue  # noqa: E402
-from sharedbert.models.bert import unstack_layers  # noqa: E402
+from sharedbert.models.layout import unstack_layers  # noqa: E402
 from sharedbert.tasks import engine, finetune, glue_task  # noqa: E402
 from sharedbert.tasks import pretrained as pretrained_lib  # noqa: E402
 
@@ -89,7 +90,7 @@ def main():
     init_dir = os.path.join(args.out, 'init')
     convert_hf.write_hf_dir(init_dir, model_cfg, unstack_layers({'bert': params['bert']}),
                             head=head, head_params=params['classifier'])
-    convert_hf.write_hf_tokenizer(init_dir, pretrained.tokenizer,
+    hf_tokenizer.write_hf_tokenizer(init_dir, pretrained.tokenizer,
                                   model_cfg.max_position_embeddings)
     _, schedule = optim_lib.make_optimizer(config.optim, run.total_steps)
     losses, orders = [], []

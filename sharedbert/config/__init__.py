@@ -56,7 +56,17 @@ def parse_arg(arg: str | None, known: dict[str, object],
   """Parses 'tiny' or 'size=tiny,corpus=demo' into a dict, typed like `known`'s values.
 
   A key in `lists` takes a comma-separated list: the bare words after it are its items
-  ('task=cola,sst2,seeds=3': task 'cola,sst2')."""
+  ('task=cola,sst2,seeds=3': task 'cola,sst2').
+
+  Args:
+    arg: the text after the config file's colon, or None.
+    known: {key: default}; a bare word sets the first key.
+    lists: the keys that take lists.
+  Returns:
+    {key: value}, every known key.
+  Raises:
+    UserError: an unknown key or a value of the wrong type.
+  """
   values = dict(known)
   if not arg:
     return values
@@ -89,7 +99,14 @@ def parse_arg(arg: str | None, known: dict[str, object],
 
 
 def model_config(attention: str, size: str) -> ml_collections.ConfigDict:
-  """The model section for `attention` at a named size (SIZES: tiny, small, base, ...)."""
+  """The model section for `attention` at a named size (SIZES: tiny, small, base, ...).
+
+  Args:
+    attention: the variant.
+    size: a key of SIZES.
+  Returns:
+    config.model.
+  """
   m = ml_collections.ConfigDict()
   m.attention = attention
   m.update(SIZES[size])
@@ -156,7 +173,15 @@ def recipe_overrides(recipe: str, without: tuple[str, ...] = (),
   """The keys (dotted) that `recipe` sets on top of BERT's recipe, minus the named groups.
 
   A value may depend on the config it is applied to (the init scale on the width); with
-  `config` None such values are left as functions of it."""
+  `config` None such values are left as functions of it.
+
+  Args:
+    recipe: 'bert' or 'budget'.
+    without: groups to leave out.
+    config: the config they apply to, or None.
+  Returns:
+    {'a.b': value or function of the config}.
+  """
   if recipe not in RECIPES:
     raise UserError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
   unknown = set(without) - set(BUDGET_RECIPE)
@@ -171,7 +196,14 @@ def recipe_overrides(recipe: str, without: tuple[str, ...] = (),
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, object]):
-  """Sets each {'a.b': value} in `config` in place (for presets' overrides)."""
+  """Sets each {'a.b': value} in `config` in place (for presets' overrides).
+
+  Args:
+    config: the config, changed in place.
+    overrides: recipe_overrides'.
+  Returns:
+    None.
+  """
   for dotted, value in overrides.items():
     *parents, leaf = dotted.split('.')
     node = config

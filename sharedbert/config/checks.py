@@ -25,7 +25,15 @@ _CHECKED: dict[str, ModelConfig] = {}
 def pretrain(config) -> ModelConfig:
   """Every value of a pretraining config, and how they must fit together; returns the
   model's config, built once per config content (ranges of `model`, then the variant's own
-  checks)."""
+  checks).
+
+  Args:
+    config: a pretraining config.
+  Returns:
+    The ModelConfig.
+  Raises:
+    UserError: the first value out of range or keys that do not fit together.
+  """
   validation.check_table(config, validation.PRETRAIN)
   key = json.dumps(json.loads(config.to_json_best_effort()), sort_keys=True)
   model_cfg = _CHECKED.get(key)
@@ -64,7 +72,15 @@ def _check_axis_rules(mesh_cfg):
 
 
 def finetune(config) -> None:
-  """A fine-tuning command's config: the pretrained run it starts from, and `glue`."""
+  """A fine-tuning command's config: the pretrained run it starts from, and `glue`.
+
+  Args:
+    config: a fine-tuning config.
+  Raises:
+    UserError: as `glue`.
+  Returns:
+    None.
+  """
   if not config.init_from:
     raise UserError('config.init_from is empty: set --config.init_from to the --workdir of a '
                     'pretraining run (it holds config.json, vocab.model and checkpoints/)')
@@ -72,7 +88,15 @@ def finetune(config) -> None:
 
 
 def glue(config) -> None:
-  """Every value of a fine-tuning config (configs/glue.py); the files are the preflight's."""
+  """Every value of a fine-tuning config (configs/glue.py); the files are the preflight's.
+
+  Args:
+    config: a fine-tuning config.
+  Raises:
+    UserError: the first value out of range.
+  Returns:
+    None.
+  """
   validation.check_table(config, validation.GLUE)
   if config.task.strip().lower() != 'all':
     for name in config.task.split(','):

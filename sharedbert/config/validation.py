@@ -54,7 +54,14 @@ def _is_number(v) -> bool:
 
 
 def integer(low: int | None = None, high: int | None = None, text: str | None = None) -> Range:
-  """A Range of integers in [low, high] (either end open when None), said as `text`."""
+  """A Range of integers in [low, high] (either end open when None), said as `text`.
+
+  Args:
+    low, high: the ends (None: open).
+    text: the range in words (default: from the ends).
+  Returns:
+    The Range.
+  """
   if text is None:
     if low == 1 and high is None:
       text = 'a positive integer'
@@ -68,7 +75,15 @@ def integer(low: int | None = None, high: int | None = None, text: str | None = 
 
 def number(low: float | None = None, high: float | None = None, *, low_open=False,
            high_open=False, text: str | None = None) -> Range:
-  """A finite real number between `low` and `high` (open or closed ends)."""
+  """A finite real number between `low` and `high` (open or closed ends).
+
+  Args:
+    low, high: the ends (None: open).
+    low_open, high_open: exclude the end.
+    text: the range in words.
+  Returns:
+    The Range.
+  """
   if text is None:
     if high is None and low is None:
       text = 'a finite number'
@@ -88,7 +103,13 @@ def number(low: float | None = None, high: float | None = None, *, low_open=Fals
 
 
 def one_of(*choices) -> Range:
-  """A Range that holds exactly `choices`."""
+  """A Range that holds exactly `choices`.
+
+  Args:
+    *choices: the values.
+  Returns:
+    The Range.
+  """
   return Range(f'one of {", ".join(repr(c) for c in choices)}', lambda v: v in choices)
 
 
@@ -260,7 +281,17 @@ def _lookup(config, path: str):
 
 
 def check_table(config, table: Mapping[str, Range], prefix: str = ''):
-  """Checks every key of `table` that `config` has (its Range); missing keys are skipped."""
+  """Checks every key of `table` that `config` has (its Range); missing keys are skipped.
+
+  Args:
+    config: a ConfigDict or dict.
+    table: {dotted key: Range}.
+    prefix: put before each key in messages.
+  Raises:
+    UserError: the first value out of range.
+  Returns:
+    None.
+  """
   for key, valid in table.items():
     found, value = _lookup(config, key)
     if found:
@@ -272,6 +303,13 @@ def model(model_cfg) -> None:
 
   The attention variant's own settings (masa_projections, ...) are checked by its class
   (`setting_ranges`, `check_config`); ModelConfig.validate runs all of them.
+
+  Args:
+    model_cfg: as above.
+  Raises:
+    UserError: the first value out of range.
+  Returns:
+    None.
   """
   if not isinstance(model_cfg, Mapping) and not hasattr(model_cfg, 'keys'):
     model_cfg = {f.name: getattr(model_cfg, f.name) for f in dataclasses.fields(model_cfg)}
@@ -281,7 +319,16 @@ def model(model_cfg) -> None:
 def workdir(path: str, flag: str = '--workdir') -> None:
   """A directory a command will write: not empty, not a file (or under one), and writable
   where it is (or where it would be created): checked by creating and removing a temporary
-  file there, which also catches a read-only filesystem that permission bits do not show."""
+  file there, which also catches a read-only filesystem that permission bits do not show.
+
+  Args:
+    path: the directory.
+    flag: how messages name it.
+  Raises:
+    UserError: what is wrong with it.
+  Returns:
+    None.
+  """
   path = os.fspath(path)
   if not path.strip():
     raise UserError(f'{flag} is empty; give the directory to write to (new or existing)')
@@ -307,7 +354,16 @@ def workdir(path: str, flag: str = '--workdir') -> None:
 
 
 def output_file(path: str, flag: str) -> None:
-  """A file a command will write: not a directory, in a directory that can be written."""
+  """A file a command will write: not a directory, in a directory that can be written.
+
+  Args:
+    path: the file.
+    flag: how messages name it.
+  Raises:
+    UserError: what is wrong with it.
+  Returns:
+    None.
+  """
   path = os.fspath(path)
   if '://' in path:
     return

@@ -57,13 +57,15 @@ from sharedbert.config import validation
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.convert import hf_custom
 from sharedbert.convert import hf_layout
+from sharedbert.convert import hf_tokenizer
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.tasks import classifiers
 from sharedbert.convert.hf_layout import (ARCHITECTURE_KEYS, Params, hf_config_from_model,
                                           hf_from_params,
                                   model_config_from_hf, params_from_hf)
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, ModelConfig, unstack_layers
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.layout import unstack_layers
 from sharedbert import config as sb_config
 from sharedbert import pretrain_step
 from sharedbert import runs
@@ -92,7 +94,13 @@ def _define_flags():
 # Files.
 
 def read_hf_dir(hf_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
-  """(config.json as a dict, tensors) of a Hugging Face model directory."""
+  """(config.json as a dict, tensors) of a Hugging Face model directory.
+
+  Args:
+    hf_dir: the folder (model.safetensors, or pytorch_model.bin).
+  Returns:
+    (config, {name: array}).
+  """
   config_path = os.path.join(hf_dir, 'config.json')
   if not os.path.isfile(config_path):
     raise UserError(f'{config_path} does not exist; --hf_dir must be a directory that '
@@ -138,7 +146,17 @@ def _read_json(path: str):
 def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | None = None,
                  head_params: Params | None = None):
   """config.json and model.safetensors: BertForMaskedLM, or with `head` (a fine-tuned
-  classifier's description, see sharedbert.tasks.finetune) BertForSequenceClassification."""
+  classifier's description, see sharedbert.tasks.finetune) BertForSequenceClassification.
+
+  Args:
+    hf_dir: the folder to write.
+    cfg: the ModelConfig (a `standard` one).
+    params: the pretraining tree.
+    head: a classifier's description, or None.
+    head_params: its classifier's params.
+  Returns:
+    None.
+  """
   hf_config = hf_config_from_model(cfg)
   if head is None:
     tensors = hf_from_params(params, cfg)
@@ -177,36 +195,6 @@ def write_hf_dir(hf_dir: str, cfg: ModelConfig, params: Params, *, head: dict | 
     f.write('\n')
   # transformers refuses safetensors files without the 'format' metadata.
   save_file(tensors, os.path.join(hf_dir, 'model.safetensors'), metadata={'format': 'pt'})
-
-
-def write_hf_tokenizer(hf_dir: str, tokenizer, model_max_length: int) -> list[str]:
-  """The tokenizer files AutoTokenizer loads with no custom code, giving sharedbert's ids.
-
-  tokenizer.json (the `tokenizers` pipeline: WordPiece, or a Unigram rebuilt from the
-  sentencepiece model) and tokenizer_config.json, plus the vocabulary file itself.
-  Returns the names written.
-  """
-  hf_tok = tokenizer.to_hf_tokenizer()
-  hf_tok.save(os.path.join(hf_dir, 'tokenizer.json'))
-  special = tokenizer.special_tokens()
-  if tokenizer.kind == 'wordpiece':
-    config = tokenizer.config()
-    tokenizer.save(hf_dir)  # vocab.txt (and the config, rewritten below).
-    names = ['tokenizer.json', 'tokenizer_config.json', 'vocab.txt']
-  else:
-    config = {'tokenizer_class': 'PreTrainedTokenizerFast'}
-    tokenizer_lib.save(tokenizer, os.path.join(hf_dir, tokenizer_lib.VOCAB_FILE))
-    names = ['tokenizer.json', 'tokenizer_config.json', 'vocab.model']
-  config.update({f'{n}_token': special[n] for n in tokenizer_lib.SPECIAL_NAMES})
-  config.update(model_max_length=int(model_max_length), clean_up_tokenization_spaces=False,
-                model_input_names=['input_ids', 'token_type_ids', 'attention_mask'])
-  with open(os.path.join(hf_dir, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
-    json.dump(config, f, indent=2, sort_keys=True)
-    f.write('\n')
-  with open(os.path.join(hf_dir, 'special_tokens_map.json'), 'w', encoding='utf-8') as f:
-    json.dump({f'{n}_token': special[n] for n in tokenizer_lib.SPECIAL_NAMES}, f, indent=2)
-    f.write('\n')
-  return names + ['special_tokens_map.json']
 
 
 def read_params(workdir: str, step: int | None = None) -> tuple[ModelConfig, Params, dict, int]:
@@ -301,7 +289,13 @@ def _abstract_params(model_cfg: ModelConfig):
 
 
 def read_workdir_config(workdir: str) -> ml_collections.ConfigDict:
-  """A workdir's config.json as a ConfigDict; a UserError when missing or not a config."""
+  """A workdir's config.json as a ConfigDict; a UserError when missing or not a config.
+
+  Args:
+    workdir: a run's workdir.
+  Returns:
+    The ConfigDict.
+  """
   path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(path):
     raise UserError(f'{path} does not exist; is {workdir} a sharedbert workdir?')
@@ -318,34 +312,16 @@ def _default_recipe():
   return sb_config.pretrain_config('standard')
 
 
-def read_hf_tokenizer(hf_dir: str, model_cfg: ModelConfig):
-  """The WordPiece vocabulary of a Hugging Face BERT directory, or the sentencepiece
-  vocabulary (vocab.model) that sharedbert's own export writes, checked against the model."""
-  if (not os.path.isfile(os.path.join(hf_dir, tokenizer_lib.WORDPIECE_FILE))
-      and os.path.isfile(os.path.join(hf_dir, tokenizer_lib.VOCAB_FILE))):
-    tokenizer = tokenizer_lib.load_workdir(hf_dir)  # sharedbert's export read back.
-  elif not os.path.isfile(os.path.join(hf_dir, tokenizer_lib.WORDPIECE_FILE)):
-    others = [n for n in ('tokenizer.json', 'spiece.model', 'sentencepiece.bpe.model',
-                          'vocab.json', 'vocab.model') if os.path.isfile(os.path.join(hf_dir, n))]
-    if others:
-      raise UserError(f'{hf_dir} has no vocab.txt (it has {", ".join(others)}); sharedbert '
-                      'imports BERT WordPiece vocabularies only: save the tokenizer of a '
-                      'BertTokenizer there (tokenizer.save_pretrained(dir))')
-    raise UserError(f'{hf_dir} has no vocab.txt: save the model\'s tokenizer there too '
-                    '(tokenizer.save_pretrained(dir)); sharedbert tokenizes with it')
-  else:
-    tokenizer = tokenizer_lib.read_wordpiece(hf_dir)
-  if tokenizer.vocab_size > model_cfg.vocab_size:
-    raise UserError(f'{os.path.join(hf_dir, "vocab.txt")} has {tokenizer.vocab_size} tokens but '
-                    f'the word embedding has {model_cfg.vocab_size} rows: they do not belong '
-                    'together')
-  return tokenizer
-
-
 def check_hf_dir(hf_dir: str) -> ModelConfig:
   """What import_hf checks of a Hugging Face directory before it writes (the config is a BERT
   layout, the tokenizer a WordPiece vocabulary of its size), without the tensors; for
-  commands that import later but must refuse before they create anything."""
+  commands that import later but must refuse before they create anything.
+
+  Args:
+    hf_dir: the folder.
+  Returns:
+    Its ModelConfig.
+  """
   if not os.path.isdir(hf_dir):
     raise UserError(f'{hf_dir} is not a folder; pass a Hugging Face model directory')
   config_path = os.path.join(hf_dir, 'config.json')
@@ -353,7 +329,7 @@ def check_hf_dir(hf_dir: str) -> ModelConfig:
     raise UserError(f'{config_path} does not exist; --hf_dir must be a directory that '
                     'save_pretrained wrote')
   model_cfg = model_config_from_hf(_read_json(config_path), config_path)
-  read_hf_tokenizer(hf_dir, model_cfg)
+  hf_tokenizer.read_hf_tokenizer(hf_dir, model_cfg)
   return model_cfg
 
 
@@ -382,7 +358,7 @@ def import_hf(hf_dir: str, workdir: str, config=None) -> list[str]:
                       'sharedbert convert_hf export')
   else:
     model_cfg = model_config_from_hf(hf_config, where)
-    tokenizer = read_hf_tokenizer(hf_dir, model_cfg)
+    tokenizer = hf_tokenizer.read_hf_tokenizer(hf_dir, model_cfg)
   atomic_dirs.fresh_dir(workdir, '--workdir')
   config = ml_collections.ConfigDict((config or _default_recipe()).to_dict())
   # The architecture comes from the checkpoint; dtype, remat and the like stay the recipe's.
@@ -514,7 +490,7 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
                               workdir, step))
     else:
       write_hf_dir(tmp, model_cfg, params, head=head, head_params=head_params)
-    names = write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)
+    names = hf_tokenizer.write_hf_tokenizer(tmp, tokenizer, model_cfg.max_position_embeddings)
     atomic_dirs.replace_dir(tmp, hf_dir)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
@@ -541,7 +517,13 @@ def export_hf(workdir: str, hf_dir: str, step: int | None = None, *,
 
 
 def main(argv):
-  """`sharedbert convert_hf import|export`: argv[1] says which way; prints the notes."""
+  """`sharedbert convert_hf import|export`: argv[1] says which way; prints the notes.
+
+  Args:
+    argv: absl's: the program, then 'import' or 'export'.
+  Returns:
+    None.
+  """
   logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.
   with one_line_errors('sharedbert convert_hf', FLAGS.verbose):
     if len(argv) != 2 or argv[1] not in ('import', 'export'):

@@ -59,7 +59,11 @@ SOURCES = {
 
 
 def code_digest() -> str:
-  """sha256 of the two code files, in order: what the goldens were made with."""
+  """sha256 of the two code files, in order: what the goldens were made with.
+
+  Returns:
+    The hex digest.
+  """
   h = hashlib.sha256()
   for name in CODE_FILES:
     with open(os.path.join(CODE_DIR, name), 'rb') as f:
@@ -172,7 +176,14 @@ def model_config_from_json(hf: dict, where: str = 'config.json') -> ModelConfig:
 
 
 def tensors_from_params(params: dict[str, Any], prefix: str = '') -> dict[str, np.ndarray]:
-  """A nested parameter tree -> {'a.b.c': float32 array} (the names of modeling_sharedbert)."""
+  """A nested parameter tree -> {'a.b.c': float32 array} (the names of modeling_sharedbert).
+
+  Args:
+    params: a nested tree.
+    prefix: the names' prefix.
+  Returns:
+    {'a.b.c': float32 array}.
+  """
   out = {}
   for key, value in params.items():
     name = f'{prefix}{key}'
@@ -184,7 +195,13 @@ def tensors_from_params(params: dict[str, Any], prefix: str = '') -> dict[str, n
 
 
 def params_from_tensors(tensors: dict[str, np.ndarray]) -> dict[str, Any]:
-  """The inverse of tensors_from_params."""
+  """The inverse of tensors_from_params.
+
+  Args:
+    tensors: {'a.b.c': array}.
+  Returns:
+    The nested tree.
+  """
   out: dict[str, Any] = {}
   for name, value in tensors.items():
     node = out
@@ -196,7 +213,17 @@ def params_from_tensors(tensors: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def check_tensors(tensors: dict[str, np.ndarray], expected: dict[str, Any], where: str):
-  """Refuses tensors whose names or shapes differ from the model's (an edited folder)."""
+  """Refuses tensors whose names or shapes differ from the model's (an edited folder).
+
+  Args:
+    tensors: the folder's.
+    expected: the model's tree (arrays or shapes).
+    where: how the refusal names the folder.
+  Raises:
+    UserError: a missing, unexpected or reshaped tensor.
+  Returns:
+    None.
+  """
   want = {k: tuple(np.shape(v)) for k, v in tensors_from_params(expected).items()}
   have = {k: tuple(v.shape) for k, v in tensors.items()}
   missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
@@ -211,7 +238,13 @@ def check_tensors(tensors: dict[str, np.ndarray], expected: dict[str, Any], wher
 
 def attention_parameters(params: dict[str, Any]) -> int:
   """Parameters of the attention sublayers (layers' `attention` and the cross-layer
-  dictionary), the card's figure."""
+  dictionary), the card's figure.
+
+  Args:
+    params: the pretraining tree.
+  Returns:
+    The count.
+  """
   total = 0
   for name, value in tensors_from_params(params).items():
     if '.attention.' in f'.{name}' or 'shared_attention' in name:
@@ -221,7 +254,18 @@ def attention_parameters(params: dict[str, Any]) -> int:
 
 def model_card(cfg: ModelConfig, params: dict[str, Any], *, step: int, recipe: dict,
                mlm_accuracy: float | None, head: dict | None) -> str:
-  """README.md of the folder: what the model is, how it was trained, how to load it."""
+  """README.md of the folder: what the model is, how it was trained, how to load it.
+
+  Args:
+    cfg: the ModelConfig.
+    params: the exported tree.
+    step: the checkpoint's step.
+    recipe: training_record's recipe.
+    mlm_accuracy: held-out MLM accuracy, or None.
+    head: a classifier's description, or None.
+  Returns:
+    The README text.
+  """
   variant = attention_lib.VARIANTS[cfg.attention]
   total = sum(int(np.size(v)) for v in tensors_from_params(params).values())
   auto = 'AutoModelForSequenceClassification' if head else 'AutoModelForMaskedLM'
@@ -264,7 +308,14 @@ def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
   """Whether no transformers architecture computes this model: any variant but standard, a
   causal mask, no positions, rotary positions that RoFormer does not compute (pre-LN, another
   theta, a query phase, or a classifier: RoFormer's head is not BERT's pooler), or a
-  classifier on the mean of the tokens."""
+  classifier on the mean of the tokens.
+
+  Args:
+    cfg: the ModelConfig.
+    head: a classifier's description, or None.
+  Returns:
+    Whether the custom code is needed.
+  """
   roformer = (cfg.position_embeddings == 'rotary' and not cfg.pre_layer_norm
               and cfg.rope_theta == 10000.0 and not cfg.rope_query_phase and head is None)
   return (cfg.attention != 'standard' or cfg.causal or cfg.position_embeddings == 'none'
@@ -274,7 +325,19 @@ def needs_custom_code(cfg: ModelConfig, head: dict | None = None) -> bool:
 
 def write_dir(hf_dir: str, cfg: ModelConfig, params: dict[str, Any], *, head: dict | None,
               head_params: dict[str, Any] | None, card: str, trained: dict | None = None):
-  """config.json, the two code files, model.safetensors (sharedbert's names) and README.md."""
+  """config.json, the two code files, model.safetensors (sharedbert's names) and README.md.
+
+  Args:
+    hf_dir: the folder.
+    cfg: the ModelConfig.
+    params: the pretraining tree.
+    head: a classifier's description, or None.
+    head_params: its params.
+    card: README.md's text.
+    trained: training_record's dict, or None.
+  Returns:
+    None.
+  """
   tree = dict(params)
   if head is not None:
     tree['classifier'] = head_params
@@ -294,7 +357,15 @@ def training_record(workdir: str, step: int, head=None) -> dict:
   """How the checkpoint at `step` of `workdir` was trained: {'step', 'recipe' (total_steps,
   batch_size, seq_len, lr; {} when unknown), 'mlm_accuracy' (or None)}. A workdir imported
   from an export (and not trained since) reports the record the export carried, not the
-  import's default recipe."""
+  import's default recipe.
+
+  Args:
+    workdir: the run.
+    step: the checkpoint's step.
+    head: a classifier's description (its run's recipe), or None.
+  Returns:
+    The record.
+  """
   recipe, accuracy, c = {}, None, {}
   pretrain_dir = head['init_from'] if head and head.get('init_from') else workdir
   try:  # What the workdir recorded, when it can be read: the card is written without it.
@@ -317,7 +388,18 @@ def training_record(workdir: str, step: int, head=None) -> dict:
 
 def card_from_workdir(workdir: str, cfg: ModelConfig, params: dict[str, Any], step: int, head,
                       head_params) -> str:
-  """The model card, with the recipe and held-out accuracy the workdir recorded."""
+  """The model card, with the recipe and held-out accuracy the workdir recorded.
+
+  Args:
+    workdir: the run.
+    cfg: the ModelConfig.
+    params: the exported tree.
+    step: the checkpoint's step.
+    head: a classifier's description, or None.
+    head_params: its params.
+  Returns:
+    The README text.
+  """
   record = training_record(workdir, step, head)
   tree = dict(params) if head is None else {**params, 'classifier': head_params}
   return model_card(cfg, tree, step=step if head else record['step'], recipe=record['recipe'],

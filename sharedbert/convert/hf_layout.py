@@ -53,7 +53,13 @@ _IGNORED_KEYS = tuple(f'{p}.embeddings.{n}' for p in PREFIX.values()
 
 def model_type(cfg: ModelConfig) -> str:
   """The transformers family of `cfg`: 'roformer' (rotary positions), 'roberta-prelayernorm'
-  (pre-LN) or 'bert'."""
+  (pre-LN) or 'bert'.
+
+  Args:
+    cfg: a `standard` ModelConfig.
+  Returns:
+    The model_type.
+  """
   if cfg.position_embeddings == 'rotary':
     return ROFORMER
   return PRE_LN if cfg.pre_layer_norm else BERT
@@ -61,7 +67,13 @@ def model_type(cfg: ModelConfig) -> str:
 
 def position_offset(hf: dict) -> int:
   """Rows of a Hugging Face position table in front of sharedbert's (RoBERTa's padding
-  offset; none for BERT)."""
+  offset; none for BERT).
+
+  Args:
+    hf: config.json as a dict.
+  Returns:
+    The offset (RoBERTa: pad_token_id + 1).
+  """
   return int(hf.get('pad_token_id', 1)) + 1 if hf.get('model_type') == PRE_LN else 0
 
 # The model settings a Hugging Face config decides.
@@ -76,7 +88,16 @@ ARCHITECTURE_KEYS = ('attention', 'vocab_size', 'hidden_size', 'num_layers', 'nu
 
 def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
   """The `standard` ModelConfig of a Hugging Face BertConfig or RobertaPreLayerNormConfig
-  (as a dict)."""
+  (as a dict).
+
+  Args:
+    hf: config.json as a dict.
+    where: how errors name the file.
+  Returns:
+    The ModelConfig.
+  Raises:
+    UserError: a layout sharedbert does not compute.
+  """
   if not isinstance(hf, dict):
     raise UserError(f'{where} holds a JSON {type(hf).__name__}, not an object; is it a BERT '
                     'config.json?')
@@ -125,7 +146,13 @@ def model_config_from_hf(hf: dict, where: str = 'config.json') -> ModelConfig:
 
 def hf_config_from_model(cfg: ModelConfig) -> dict:
   """The config.json of BertForMaskedLM (post-LN) or RobertaPreLayerNormForMaskedLM (pre-LN)
-  for a `standard` model."""
+  for a `standard` model.
+
+  Args:
+    cfg: a `standard` ModelConfig.
+  Returns:
+    config.json as a dict.
+  """
   if cfg.attention != 'standard':
     raise UserError(f'only standard models map onto Hugging Face BERT (post-LN) or '
                     f'RoBERTa-PreLayerNorm (pre-LN); this one is {cfg.attention!r} (convert a '
@@ -281,7 +308,14 @@ def _set(tree: Params, path: tuple[str, ...], value):
 
 
 def init_params(cfg: ModelConfig, seed: int = 0) -> Params:
-  """Freshly initialised parameters of BertForPretraining, as numpy arrays."""
+  """Freshly initialised parameters of BertForPretraining, as numpy arrays.
+
+  Args:
+    cfg: the ModelConfig.
+    seed: the init's seed.
+  Returns:
+    The pretraining tree of numpy arrays.
+  """
   model = BertForPretraining(cfg)
   ids = jnp.zeros((1, 1), jnp.int32)
   # Not jitted: op by op, whose compilations are cached across calls and sizes.
@@ -291,7 +325,15 @@ def init_params(cfg: ModelConfig, seed: int = 0) -> Params:
 
 def params_from_hf(tensors: dict[str, np.ndarray], cfg: ModelConfig,
                    seed: int = 0) -> tuple[Params, list[str]]:
-  """Our parameters from Hugging Face tensors; returns (params, notes on what was done)."""
+  """Our parameters from Hugging Face tensors; returns (params, notes on what was done).
+
+  Args:
+    tensors: {name: array}.
+    cfg: the ModelConfig they fill.
+    seed: the init of what they lack (an MLM head).
+  Returns:
+    (params, notes).
+  """
   kind = model_type(cfg)
   head = _mlm_head_keys(kind)
   tensors = {_canonical_key(k, kind): v for k, v in tensors.items()}
@@ -353,7 +395,15 @@ def hf_from_params(params: Params, cfg: ModelConfig,
                    groups: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
   """Hugging Face tensors (BertForMaskedLM or RobertaPreLayerNormForMaskedLM names, plus the
   pooler) from our parameters; only the entries of `groups` ('encoder', 'pooler', ...) when
-  given (a classifier has no MLM head)."""
+  given (a classifier has no MLM head).
+
+  Args:
+    params: the pretraining tree.
+    cfg: its ModelConfig.
+    groups: the entries to write, or None for all.
+  Returns:
+    {name: array}.
+  """
   hf_config_from_model(cfg)  # Refuses what neither layout can hold.
   return {e.key: np.ascontiguousarray(e.to_hf(np.asarray(_get(params, e.path), np.float32)))
           for e in _mapping(cfg) if groups is None or e.group in groups}

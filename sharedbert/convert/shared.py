@@ -68,7 +68,8 @@ from sharedbert.config import validation
 from sharedbert.data import tokenizer as tokenizer_lib
 from sharedbert.errors import UserError, one_line_errors
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.bert import BertForPretraining, ModelConfig, to_layout, unstack_layers
+from sharedbert.models.bert import BertForPretraining, ModelConfig
+from sharedbert.models.layout import to_layout, unstack_layers
 from sharedbert.data import sources
 from sharedbert.evaluators import sts
 from sharedbert.models import fit as fit_lib
@@ -98,7 +99,15 @@ def _define_flags():
 
 def convert_params(params: dict, source_cfg: ModelConfig, target_cfg: ModelConfig,
                    fit: str | None = None) -> tuple[dict, list[list[str]], list[str]]:
-  """Standard params -> target variant's params; returns (params, table rows, header)."""
+  """Standard params -> target variant's params; returns (params, table rows, header).
+
+  Args:
+    params: a standard model's pretraining tree (layers unstacked).
+    source_cfg, target_cfg: the two ModelConfigs.
+    fit: the target variant's fit, or None for its default.
+  Returns:
+    (params, table rows, header).
+  """
   if source_cfg.attention != 'standard':
     raise UserError(f'the source checkpoint is {source_cfg.attention!r}; convert_shared '
                     'starts from a standard one')
@@ -125,7 +134,15 @@ FRESH = 'fresh'  # Not a fit: the control arm of the uptraining (sharedbert.lab.
 
 def fresh_attention(params: dict, target_cfg: ModelConfig, seed: int = 0) -> dict:
   """`params` (a standard model's, layers unstacked) with every attention parameter replaced
-  by a fresh initialisation of `target_cfg`'s variant (seed `seed`); the rest is copied."""
+  by a fresh initialisation of `target_cfg`'s variant (seed `seed`); the rest is copied.
+
+  Args:
+    params: as above.
+    target_cfg: the target's ModelConfig.
+    seed: the init's seed.
+  Returns:
+    The target's params.
+  """
   ids = jnp.zeros((1, 1), jnp.int32)
   model = BertForPretraining(dataclasses.replace(target_cfg, scan_layers=False))
   init = nn.unbox(model.init(jax.random.key(seed), ids, ids, jnp.ones_like(ids), ids))
@@ -141,7 +158,17 @@ def fresh_attention(params: dict, target_cfg: ModelConfig, seed: int = 0) -> dic
 def input_moments(source_cfg: ModelConfig, params: dict, tokenizer, texts,
                   seq_len: int = 64) -> list:
   """Each layer's input second moment E[[x 1]^T [x 1]] on `texts`, through the source model
-  (sharedbert.models.fit.input_moments), for --fit_text."""
+  (sharedbert.models.fit.input_moments), for --fit_text.
+
+  Args:
+    source_cfg: the standard ModelConfig.
+    params: its params.
+    tokenizer: its vocabulary.
+    texts: the paragraphs.
+    seq_len: tokens a row.
+  Returns:
+    One (D+1) x (D+1) moment a layer.
+  """
   if source_cfg.pre_layer_norm:
     raise UserError('--fit_text: the input moments are taken as a post-LN model\'s layer '
                     'inputs; this source is pre-LN')
@@ -159,7 +186,15 @@ def input_moments(source_cfg: ModelConfig, params: dict, tokenizer, texts,
 
 def sample_texts(path: str, count: int, split: str = 'train') -> list[str]:
   """A fixed sample (seed 0) of `count` paragraphs of a local text corpus, from the split
-  the pretraining pipeline would call `split` (so 'eval' texts are never fitted on)."""
+  the pretraining pipeline would call `split` (so 'eval' texts are never fitted on).
+
+  Args:
+    path: a local corpus.
+    count: paragraphs.
+    split: 'train' or 'eval'.
+  Returns:
+    The paragraphs.
+  """
   docs = sources.split_documents(sources.local_documents(path), split, 0.05)
   if not docs:
     raise UserError(f'--fit_text={path} has no paragraphs in its {split} split')
@@ -168,7 +203,11 @@ def sample_texts(path: str, count: int, split: str = 'train') -> list[str]:
 
 
 def convertible_variants() -> list[str]:
-  """The variants whose class has a conversion from standard."""
+  """The variants whose class has a conversion from standard.
+
+  Returns:
+    Variant names.
+  """
   base = attention_lib.AttentionBase.from_standard.__func__
   return [name for name, cls in attention_lib.VARIANTS.items()
           if cls.from_standard.__func__ is not base]
@@ -265,7 +304,13 @@ def convert_workdir(source: str, target: str, attention: str, *, masa_atoms: int
 
 
 def main(argv):
-  """`sharedbert convert_shared`: --source converted to --attention, written to --target."""
+  """`sharedbert convert_shared`: --source converted to --attention, written to --target.
+
+  Args:
+    argv: absl's (the program name only).
+  Returns:
+    None.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)  # Orbax's INFO chatter.

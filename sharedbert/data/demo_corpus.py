@@ -20,7 +20,11 @@ _SKIP_DIRS = {'test', 'tests', 'idlelib', 'site-packages', 'dist-packages', 'lib
 
 
 def stdlib_dir() -> str:
-  """The folder of Python's standard library (the demo corpus reads its docstrings)."""
+  """The folder of Python's standard library (the demo corpus reads its docstrings).
+
+  Returns:
+    The folder.
+  """
   return sysconfig.get_paths()['stdlib']
 
 
@@ -33,7 +37,13 @@ def _docstrings(tree: ast.AST):
 
 
 def documents(max_chars: int | None = None) -> list[str]:
-  """Returns the demo corpus as a list of documents (plain text paragraphs)."""
+  """Returns the demo corpus as a list of documents (plain text paragraphs).
+
+  Args:
+    max_chars: stop after about this many characters (None: all).
+  Returns:
+    The documents.
+  """
   docs, total = [], 0
   root = stdlib_dir()
   for dirpath, dirnames, filenames in os.walk(root):

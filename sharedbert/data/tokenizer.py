@@ -325,7 +325,13 @@ def _bert_post_processor(tok, ours: Tokenizer):
 
 
 def read_wordpiece(directory: str) -> WordPieceTokenizer:
-  """The vocab.txt (+ tokenizer_config.json) of a Hugging Face or sharedbert directory."""
+  """The vocab.txt (+ tokenizer_config.json) of a Hugging Face or sharedbert directory.
+
+  Args:
+    directory: the folder.
+  Returns:
+    The WordPieceTokenizer.
+  """
   path = os.path.join(directory, WORDPIECE_FILE)
   if not paths.gfile().exists(path):
     raise UserError(f'{path} not found')
@@ -440,12 +446,25 @@ def _write_atomic(path: str, data: bytes):
 
 
 def save(tokenizer: SentencePieceTokenizer, path: str):
-  """Writes the sentencepiece model of `tokenizer` to `path` (atomically)."""
+  """Writes the sentencepiece model of `tokenizer` to `path` (atomically).
+
+  Args:
+    tokenizer: the vocabulary.
+    path: the vocab.model to write.
+  Returns:
+    None.
+  """
   _write_atomic(path, tokenizer.model_proto)
 
 
 def vocab_kind(workdir: str) -> str | None:
-  """'sentencepiece' (vocab.model), 'wordpiece' (vocab.txt) or None."""
+  """'sentencepiece' (vocab.model), 'wordpiece' (vocab.txt) or None.
+
+  Args:
+    workdir: a folder.
+  Returns:
+    The kind, or None.
+  """
   has_sp = paths.gfile().exists(os.path.join(workdir, VOCAB_FILE))
   has_wp = paths.gfile().exists(os.path.join(workdir, WORDPIECE_FILE))
   if has_sp and has_wp:
@@ -471,7 +490,14 @@ def load_workdir(workdir: str) -> Tokenizer | None:
 
 
 def copy_vocab(source: str, target: str) -> list[str]:
-  """Copies a workdir's vocabulary file(s) to another directory; returns their names."""
+  """Copies a workdir's vocabulary file(s) to another directory; returns their names.
+
+  Args:
+    source: the workdir holding it.
+    target: the folder to copy into.
+  Returns:
+    The names copied.
+  """
   copied = []
   for name in VOCAB_FILES:
     if paths.gfile().exists(os.path.join(source, name)):

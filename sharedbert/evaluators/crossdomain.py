@@ -95,7 +95,15 @@ TRANSFERS: dict[str, Transfer] = {t.name: t for t in [
 
 
 def get_transfer(name: str) -> Transfer:
-  """'mrpc->stsb', forgiving case and GLUE's spelling ('MRPC->STS-B')."""
+  """'mrpc->stsb', forgiving case and GLUE's spelling ('MRPC->STS-B').
+
+  Args:
+    name: 'source->target'.
+  Returns:
+    The Transfer.
+  Raises:
+    UserError: an unknown transfer, naming the known ones.
+  """
   def canonical(task):
     task = task.strip().lower()
     if task == 'imdb':
@@ -112,13 +120,29 @@ def get_transfer(name: str) -> Transfer:
 
 
 def describe(transfer: Transfer, threshold: float) -> str:
-  """The transfer's label mapping in words, with its STS-B threshold."""
+  """The transfer's label mapping in words, with its STS-B threshold.
+
+  Args:
+    transfer: the Transfer.
+    threshold: STS-B's score threshold.
+  Returns:
+    The text.
+  """
   return transfer.mapping.format(threshold=threshold)
 
 
 def load_target_examples(transfer: Transfer, *, glue_dir: Optional[str],
                          tfds_data_dir: Optional[str], max_examples: int = 0) -> list:
-  """The target's evaluation examples (sharedbert.data.glue.Example), labels as read."""
+  """The target's evaluation examples (sharedbert.data.glue.Example), labels as read.
+
+  Args:
+    transfer: the Transfer.
+    glue_dir: a glue_data folder, or None.
+    tfds_data_dir: where tfds datasets are prepared.
+    max_examples: a fixed subset's size (0: all).
+  Returns:
+    The Examples.
+  """
   if transfer.target == 'imdb':
     examples = read_imdb(transfer.target_split, tfds_data_dir, max_examples)
   else:
@@ -132,7 +156,15 @@ def load_target_examples(transfer: Transfer, *, glue_dir: Optional[str],
 
 
 def read_imdb(split: str, tfds_data_dir: Optional[str], max_examples: int = 0) -> list:
-  """tfds imdb_reviews/plain_text as Examples (label 0 negative, 1 positive)."""
+  """tfds imdb_reviews/plain_text as Examples (label 0 negative, 1 positive).
+
+  Args:
+    split: a tfds split.
+    tfds_data_dir: where it is prepared.
+    max_examples: a fixed subset's size (0: all).
+  Returns:
+    The Examples.
+  """
   import tensorflow_datasets as tfds
   try:
     builder = tfds.builder('imdb_reviews/plain_text', data_dir=tfds_data_dir or None)
@@ -154,7 +186,16 @@ def _subset(examples, max_examples: int):
 
 def score(transfer: Transfer, source_outputs: np.ndarray, target_labels: np.ndarray,
           threshold: float) -> dict:
-  """Metrics of the mapped predictions against the mapped gold labels (fractions)."""
+  """Metrics of the mapped predictions against the mapped gold labels (fractions).
+
+  Args:
+    transfer: the Transfer.
+    source_outputs: [n, ...] the source classifier's outputs on the target's examples.
+    target_labels: [n] the target's gold labels.
+    threshold: STS-B's score threshold.
+  Returns:
+    {metric: value}.
+  """
   preds = transfer.map_prediction(source_outputs, threshold)
   gold = transfer.map_gold(target_labels, threshold)
   metrics = {n: float(glue_metrics.metric_fn(n)(preds, gold)) for n in transfer.metric_names}

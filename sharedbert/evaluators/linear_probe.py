@@ -46,7 +46,17 @@ def mean_pooled(model_cfg, params, input_ids, segment_ids, lengths,
                 batch_size: int = 256) -> np.ndarray:
   """[N, D] mean over each row's first `lengths` tokens (its real ones) of the final hidden
   states. Rows go in order of length, each batch cropped to its longest row (rounded up to
-  8 columns) and padded to `batch_size` rows, so that a few programs serve them all."""
+  8 columns) and padded to `batch_size` rows, so that a few programs serve them all.
+
+  Args:
+    model_cfg: the encoder's ModelConfig.
+    params: its params.
+    input_ids, segment_ids: [N, T] int32.
+    lengths: [N] real tokens a row.
+    batch_size: rows a batch.
+  Returns:
+    [N, D] float32.
+  """
   encode = _encode_fn(model_cfg)
   lengths = np.asarray(lengths)
   mask = (np.arange(input_ids.shape[1])[None, :] < lengths[:, None]).astype(np.int32)
@@ -94,7 +104,16 @@ def _score(spec, predictions, labels) -> float:
 
 def probe(spec, train_x, train_y, dev_x, dev_y, lambdas=LAMBDAS) -> dict:
   """Fits the probe on (train_x, train_y) and scores it on the dev set: {'score',
-  'metrics', 'lambda', 'selection'}."""
+  'metrics', 'lambda', 'selection'}.
+
+  Args:
+    spec: the GLUE TaskSpec.
+    train_x, dev_x: [n, D] features.
+    train_y, dev_y: [n] labels.
+    lambdas: the ridge strengths tried (chosen on a split of the training rows).
+  Returns:
+    The record.
+  """
   train_x, dev_x = np.asarray(train_x, np.float64), np.asarray(dev_x, np.float64)
   mean, std = train_x.mean(0), train_x.std(0) + 1e-6
   train_x, dev_x = (train_x - mean) / std, (dev_x - mean) / std

@@ -43,7 +43,15 @@ ScoreFn = Callable[[np.ndarray], float]
 
 
 def noise_for_batch(noise_seed: int, batch_index: int, shape) -> jax.Array:
-  """The standard-normal z of one batch: a pure function of (noise seed, batch index)."""
+  """The standard-normal z of one batch: a pure function of (noise seed, batch index).
+
+  Args:
+    noise_seed: the noise's seed.
+    batch_index: the batch.
+    shape: [B, T, D].
+  Returns:
+    float32 of `shape`.
+  """
   key = jax.random.fold_in(jax.random.key(noise_seed), batch_index)
   return jax.random.normal(key, shape, jnp.float32)
 
@@ -55,6 +63,13 @@ def add_embedding_noise(x, noise, input_mask):
   level * N(0, 1), so that `level` is the noise std as a fraction of the embeddings' std.
   sigma is per sequence (all D features of its non-pad tokens), so it does not depend on
   batching; padding gets no noise. A zero `noise` returns x unchanged, bit for bit.
+
+  Args:
+    x: as above.
+    noise: as above.
+    input_mask: [B, T].
+  Returns:
+    [B, T, D], x's dtype.
   """
   m = input_mask.astype(jnp.float32)[..., None]
   xf = x.astype(jnp.float32)
@@ -70,6 +85,11 @@ def make_noisy_predict(model):
 
   `model` is a BertForSequenceClassification (or any module that runs a
   sharedbert.models.bert.Embeddings on input_ids, segment_ids, input_mask).
+
+  Args:
+    model: as above.
+  Returns:
+    The jitted function.
   """
   @jax.jit
   def predict(params, input_ids, segment_ids, input_mask, level, noise_seed, batch_index):
@@ -91,7 +111,17 @@ def make_noisy_predict(model):
 def predict_with_noise(predict, params, batches: Sequence[dict], level: float,
                        noise_seed: int) -> np.ndarray:
   """Logits of every row of `batches` (dicts with input_ids, segment_ids, input_mask, and
-  `rows`: how many leading rows are real) at one noise level and seed."""
+  `rows`: how many leading rows are real) at one noise level and seed.
+
+  Args:
+    predict: make_noisy_predict's function.
+    params: the classifier's params.
+    batches: as above.
+    level: the noise std, as a fraction of the embeddings'.
+    noise_seed: the noise's seed.
+  Returns:
+    [rows, num_labels] float32.
+  """
   out = []
   for i, b in enumerate(batches):
     logits = predict(params, b['input_ids'], b['segment_ids'], b['input_mask'],
@@ -102,7 +132,14 @@ def predict_with_noise(predict, params, batches: Sequence[dict], level: float,
 
 def make_batches(input_ids: np.ndarray, segment_ids: np.ndarray, batch_size: int) -> list[dict]:
   """Fixed-size batches in row order, the last padded with rows of weight 0
-  (engine.make_batch), so one shape is compiled; `rows`: how many are real."""
+  (engine.make_batch), so one shape is compiled; `rows`: how many are real.
+
+  Args:
+    input_ids, segment_ids: [N, T].
+    batch_size: rows a batch.
+  Returns:
+    The batches.
+  """
   arrays = {'input_ids': input_ids, 'segment_ids': segment_ids}
   batches = []
   for start in range(0, len(input_ids), batch_size):
@@ -119,6 +156,16 @@ def evaluate(predict, params, batches: Sequence[dict], score_fn: ScoreFn,
 
   `score_fn` maps logits [n, num_labels] to the task score. scores[i][j] is the score at
   levels[i] with noise_seeds[j]; 'mean' holds the per-level mean over noise seeds.
+
+  Args:
+    predict: make_noisy_predict's function.
+    params: the classifier's params.
+    batches: make_batches'.
+    score_fn: as above.
+    levels: the noise levels.
+    noise_seeds: the noise seeds.
+  Returns:
+    The record.
   """
   scores = []
   for level in levels:

@@ -28,7 +28,15 @@ from sharedbert.tasks import engine
 
 
 def tokenize(tokenizer, texts, seq_len: int):
-  """(ids [n, seq_len], segments, lengths) of single sentences."""
+  """(ids [n, seq_len], segments, lengths) of single sentences.
+
+  Args:
+    tokenizer: the vocabulary.
+    texts: sentences.
+    seq_len: tokens a row.
+  Returns:
+    (ids, segments, lengths).
+  """
   ids = np.zeros((len(texts), seq_len), np.int32)
   lengths = np.zeros((len(texts),), np.int32)
   for i, text in enumerate(texts):
@@ -39,7 +47,15 @@ def tokenize(tokenizer, texts, seq_len: int):
 
 def stsb_dev(glue_dir: str | None, max_examples: int = 0, tfds_data_dir: str | None = None):
   """(sentences a, sentences b, gold scores) of STS-B's dev set (a fixed subset of
-  `max_examples` when set), from a glue_data folder or else tfds."""
+  `max_examples` when set), from a glue_data folder or else tfds.
+
+  Args:
+    glue_dir: a glue_data folder, or None.
+    max_examples: a fixed subset's size (0: all).
+    tfds_data_dir: where tfds glue/stsb is prepared.
+  Returns:
+    (a, b, gold).
+  """
   examples = engine.subset(glue.load_examples('stsb', 'validation', glue_dir=glue_dir or None,
                                               tfds_data_dir=tfds_data_dir or None),
                            max_examples)
@@ -48,7 +64,17 @@ def stsb_dev(glue_dir: str | None, max_examples: int = 0, tfds_data_dir: str | N
 
 
 def zero_shot_spearman(model_cfg, params, tokenizer, pairs, seq_len: int = 128) -> float:
-  """Spearman correlation of cosine(mean-pooled a, mean-pooled b) with the gold scores."""
+  """Spearman correlation of cosine(mean-pooled a, mean-pooled b) with the gold scores.
+
+  Args:
+    model_cfg: the encoder's ModelConfig.
+    params: its params.
+    tokenizer: its vocabulary.
+    pairs: (a, b, gold).
+    seq_len: tokens a row.
+  Returns:
+    The correlation.
+  """
   seq_len = min(seq_len, model_cfg.max_position_embeddings)
   a, b, gold = pairs
   ea, eb = (linear_probe.mean_pooled(model_cfg, params, *tokenize(tokenizer, texts, seq_len))
@@ -59,7 +85,16 @@ def zero_shot_spearman(model_cfg, params, tokenizer, pairs, seq_len: int = 128) 
 
 
 def hidden_states(model_cfg, params, ids, segments, lengths) -> list[np.ndarray]:
-  """Each layer's output (the embeddings first), [n, T, D], float64."""
+  """Each layer's output (the embeddings first), [n, T, D], float64.
+
+  Args:
+    model_cfg: the encoder's ModelConfig.
+    params: its params.
+    ids, segments: [n, T].
+    lengths: [n].
+  Returns:
+    L + 1 arrays.
+  """
   mask = (np.arange(ids.shape[1])[None] < lengths[:, None]).astype(np.int32)
   out = BertEncoder(model_cfg).apply({'params': params}, jnp.asarray(ids), jnp.asarray(segments),
                                      jnp.asarray(mask), return_hidden_states=True)
@@ -67,7 +102,16 @@ def hidden_states(model_cfg, params, ids, segments, lengths) -> list[np.ndarray]
 
 
 def layer_errors(cfg_a, params_a, cfg_b, params_b, ids, segments, lengths) -> list[float]:
-  """Per layer (after the embeddings), |h_a - h_b| / |h_a| over the real tokens."""
+  """Per layer (after the embeddings), |h_a - h_b| / |h_a| over the real tokens.
+
+  Args:
+    cfg_a, params_a: the reference encoder.
+    cfg_b, params_b: the other.
+    ids, segments: [n, T].
+    lengths: [n].
+  Returns:
+    One error a layer.
+  """
   mask = (np.arange(ids.shape[1])[None] < lengths[:, None])[..., None]
   ha = hidden_states(cfg_a, params_a, ids, segments, lengths)
   hb = hidden_states(cfg_b, params_b, ids, segments, lengths)

@@ -78,6 +78,7 @@ from sharedbert.lab import study_plan
 from sharedbert.lab import study_pretrain
 from sharedbert.lab import study_report
 from sharedbert.tasks import finetune
+from sharedbert.tasks import glue_seeds
 from sharedbert.tasks import glue_task
 from sharedbert.tasks import pretrained as pretrained_lib
 from sharedbert.tasks import squad
@@ -204,7 +205,7 @@ def _evaluators(config, run, task: str) -> dict:
 def _run_seed(run, seed: int, seeds_left: int, evaluators: dict) -> dict:
   """Fine-tunes one seed and scores the final weights: the study's result record."""
   # A missing result file means this seed's weights are gone: fine-tune it again.
-  seed_metrics = os.path.join(run.seed_dir(seed), glue_task.SEED_METRICS)
+  seed_metrics = os.path.join(run.seed_dir(seed), glue_seeds.SEED_METRICS)
   if tf.io.gfile.exists(seed_metrics):
     tf.io.gfile.remove(seed_metrics)
   run.last_params = None

@@ -56,7 +56,15 @@ def attend(q, k, v, mask, *, dropout_rate: float, deterministic: bool, dtype: Dt
 
 def attention_logits(q, k, mask, *, query_scaled: bool = False):
   """The scaled scores [B,N,T,S] in float32, masked keys at the float32 minimum (what the
-  softmax of `attend` sees)."""
+  softmax of `attend` sees).
+
+  Args:
+    q, k: [B, T, N, H] queries and keys.
+    mask: [B, T] (1: a real token) or a [B, 1, T, S] mask.
+    query_scaled: the queries already carry 1/sqrt(H).
+  Returns:
+    [B, N, T, S] float32.
+  """
   scale = 1.0 if query_scaled else 1.0 / math.sqrt(q.shape[-1])
   scores = jnp.einsum('BTNH,BSNH->BNTS', q, k, preferred_element_type=jnp.float32) * scale
   return jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
@@ -64,7 +72,13 @@ def attention_logits(q, k, mask, *, query_scaled: bool = False):
 
 def self_attention_share(q, k, mask, *, query_scaled: bool = False):
   """The attention a token puts on itself, averaged over heads and real tokens: the mean of
-  the softmax's diagonal (a diagnostic, computed only when 'intermediates' are collected)."""
+  the softmax's diagonal (a diagnostic, computed only when 'intermediates' are collected).
+
+  Args:
+    q, k, mask, query_scaled: as attention_logits'.
+  Returns:
+    A float32 scalar.
+  """
   scores = attention_logits(q, k, mask, query_scaled=query_scaled)
   diag = jnp.diagonal(jax.nn.softmax(scores, axis=-1), axis1=-2, axis2=-1)  # [B, N, T]
   # The last query row sees every real key, under a padding mask [B,1,1,S] and a causal

@@ -19,7 +19,7 @@ import numpy as np
 
 from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
-from sharedbert.models.attention import kernel_init, zeros_init
+from sharedbert.models.layers import kernel_init, zeros_init
 from sharedbert.models.dropout import Dropout  # nn.Dropout's interface, cheaper masks.
 from sharedbert.config import validation
 
@@ -192,7 +192,13 @@ class ModelConfig:
 def position_embeddings_value(value):
   """model.position_embeddings as one of 'learned', 'rotary', 'none'. The boolean of
   configs and workdirs written before rotary existed maps one to one (True: the table,
-  False: none); the strings 'true'/'false' of a command line are refused, naming the values."""
+  False: none); the strings 'true'/'false' of a command line are refused, naming the values.
+
+  Args:
+    value: the config's value.
+  Returns:
+    'learned', 'rotary' or 'none' (other strings are left for validation to refuse).
+  """
   if value is True or value is False:
     return 'learned' if value else 'none'
   if isinstance(value, str) and value.lower() in ('true', 'false', '1', '0', 'yes', 'no'):
@@ -209,7 +215,14 @@ def _dtype(name):
 
 
 def layer_norm(cfg: ModelConfig, name: str):
-  """BERT's LayerNorm with the config's epsilon and dtypes, its scale and bias on 'embed'."""
+  """BERT's LayerNorm with the config's epsilon and dtypes, its scale and bias on 'embed'.
+
+  Args:
+    cfg: the ModelConfig.
+    name: the module's name.
+  Returns:
+    An nn.LayerNorm.
+  """
   return nn.LayerNorm(
       epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
       scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ('embed',)),
@@ -221,6 +234,11 @@ def gelu(x):
 
   `jax.nn.gelu(approximate=False)` computes the same function through erfc, which XLA:CPU
   evaluates about twice as slowly; the two differ by about 1e-6 (BENCHMARKS.md, issue 18).
+
+  Args:
+    x: any array.
+  Returns:
+    GELU(x), x's shape and dtype.
   """
   return 0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(np.sqrt(0.5), x.dtype)))
 
@@ -228,7 +246,15 @@ def gelu(x):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def take_rows_one_hot_grad(table, ids, grad_dtype):
   """table[ids], whose table gradient is the product one_hot(ids)^T g (operands in
-  grad_dtype, summed in float32) instead of a scatter-add (`model.one_hot_embeddings`)."""
+  grad_dtype, summed in float32) instead of a scatter-add (`model.one_hot_embeddings`).
+
+  Args:
+    table: [V, D] embedding table.
+    ids: [...] int32 rows.
+    grad_dtype: the operands' dtype in the backward product.
+  Returns:
+    [..., D].
+  """
   return jnp.take(table, ids, axis=0)
 
 
@@ -248,7 +274,16 @@ take_rows_one_hot_grad.defvjp(_take_rows_fwd, _take_rows_bwd)
 
 
 def dense(cfg: ModelConfig, features: int, names: tuple[str, str], name: str):
-  """A Dense layer of `features` outputs, BERT's init, its kernel on logical axes `names`."""
+  """A Dense layer of `features` outputs, BERT's init, its kernel on logical axes `names`.
+
+  Args:
+    cfg: the ModelConfig.
+    features: the outputs.
+    names: the kernel's logical axes (input, output).
+    name: the module's name.
+  Returns:
+    An nn.Dense.
+  """
   return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                   kernel_init=kernel_init(cfg.initializer_range, names),
                   bias_init=zeros_init(names[1:]), name=name)
@@ -363,7 +398,13 @@ class ScannedEncoderLayer(EncoderLayer):
 
 def scanned_layers(c: ModelConfig):
   """nn.scan over the encoder layers: params stacked on a leading 'layers' axis, with
-  nn.remat inside the body when model.remat asks for it."""
+  nn.remat inside the body when model.remat asks for it.
+
+  Args:
+    c: the ModelConfig.
+  Returns:
+    The scanned layer class (nn.scan of ScannedEncoderLayer).
+  """
   body = ScannedEncoderLayer
   if c.remat != 'none':
     # deterministic and hidden_states (arguments 5 and 6, counting the module) are static.
@@ -523,72 +564,3 @@ class BertForSequenceClassification(nn.Module):
     h = Dropout(self.config.dropout_rate)(pooled, deterministic=deterministic)
     return dense(self.config, self.num_labels, ('embed', None), 'classifier')(h).astype(
         jnp.float32)
-
-
-# ---------------------------------------------------------------------------------------
-# The two layouts of the layers' parameters: bert/layer_<i>/... (unrolled) and
-# bert/layers/... with a leading [L] axis (model.scan_layers). The functions convert a
-# parameter tree, or any tree that holds one (a train state, an optimizer's moments).
-
-def _is_encoder(node) -> bool:
-  return isinstance(node, dict) and ('layer_0' in node or 'layers' in node) and (
-      'embeddings' in node or 'pooler' in node)
-
-
-def _stack(xs):
-  return np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs) else jnp.stack(xs)
-
-
-def _stack_encoder(node):
-  if not _is_encoder(node) or 'layers' in node:
-    return node
-  count = sum(1 for k in node if k.startswith('layer_'))
-  out = {k: v for k, v in node.items() if not k.startswith('layer_')}
-  out['layers'] = jax.tree.map(lambda *xs: _stack(xs),
-                               *[node[f'layer_{i}'] for i in range(count)])
-  return out
-
-
-def _unstack_encoder(node):
-  if not _is_encoder(node) or 'layers' not in node:
-    return node
-  out = {k: v for k, v in node.items() if k != 'layers'}
-  count = jax.tree.leaves(node['layers'])[0].shape[0]
-  for i in range(count):
-    out[f'layer_{i}'] = jax.tree.map(lambda x: x[i], node['layers'])
-  return out
-
-
-def stack_layers(tree):
-  """The scanned layout of a params tree: bert/layer_<i>/... -> bert/layers/...
-
-  Args:
-    tree: a tree holding an encoder's params anywhere (a train state, a classifier).
-  Returns:
-    The same tree with each encoder's layers stacked ([L, ...] each); a tree already
-    stacked is returned as it is.
-  """
-  return jax.tree.map(_stack_encoder, tree, is_leaf=_is_encoder)
-
-
-def unstack_layers(tree):
-  """The unrolled layout of a params tree, the inverse of stack_layers.
-
-  Args:
-    tree: a tree whose encoders' layers are stacked (bert/layers/..., [L, ...] each).
-  Returns:
-    The same tree with bert/layer_<i>/... per layer.
-  """
-  return jax.tree.map(_unstack_encoder, tree, is_leaf=_is_encoder)
-
-
-def to_layout(tree, scan_layers: bool):
-  """`tree` in the layout of model.scan_layers, whichever it is in now.
-
-  Args:
-    tree: a tree holding encoder params, stacked or not.
-    scan_layers: the layout wanted (True: stacked).
-  Returns:
-    The tree in that layout.
-  """
-  return stack_layers(tree) if scan_layers else unstack_layers(tree)

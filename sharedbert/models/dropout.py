@@ -19,7 +19,15 @@ _LEVELS = 1 << 16
 
 
 def keep_mask(rng: jax.Array, rate: float, shape: tuple[int, ...]) -> jax.Array:
-  """Boolean [shape]: True where an element is kept, with probability 1 - rate."""
+  """Boolean [shape]: True where an element is kept, with probability 1 - rate.
+
+  Args:
+    rng: a PRNG key.
+    rate: the drop probability.
+    shape: the mask's shape.
+  Returns:
+    A boolean array of `shape`.
+  """
   threshold = round(rate * _LEVELS)
   if shape and shape[-1] % 2 == 0:
     words = jax.random.bits(rng, (*shape[:-1], shape[-1] // 2), jnp.uint32)
@@ -30,7 +38,15 @@ def keep_mask(rng: jax.Array, rate: float, shape: tuple[int, ...]) -> jax.Array:
 
 
 def apply(x: jax.Array, rate: float, rng: jax.Array) -> jax.Array:
-  """Inverted dropout: zeros where dropped, the kept scaled by 1 / (1 - rate)."""
+  """Inverted dropout: zeros where dropped, the kept scaled by 1 / (1 - rate).
+
+  Args:
+    x: any array.
+    rate: the drop probability.
+    rng: a PRNG key.
+  Returns:
+    x's shape and dtype.
+  """
   if rate >= 1.0:
     return jnp.zeros_like(x)
   keep = keep_mask(rng, rate, x.shape)

@@ -32,7 +32,19 @@ def per_layer_conversion(layers, fit_layer, error_keys, header, what, errors_of,
                          moments=None) -> Conversion:
   """A Conversion fitted layer by layer: fit_layer(attention) -> (params, errors), one
   table row a layer with the errors of `error_keys`; with `moments` (one per layer: the
-  inputs' second moment), fit_layer(attention, input_moment=moments[i])."""
+  inputs' second moment), fit_layer(attention, input_moment=moments[i]).
+
+  Args:
+    layers: each layer's attention params.
+    fit_layer: attention -> (params, errors).
+    error_keys: the errors the table shows.
+    header: the table's header.
+    what: what was fitted, in words.
+    errors_of: what the errors measure, in words.
+    moments: each layer's input moment, or None.
+  Returns:
+    A Conversion.
+  """
   new_layers, rows = [], []
   for i, attention in enumerate(layers):
     fitted, errors = (fit_layer(attention) if moments is None
@@ -43,7 +55,13 @@ def per_layer_conversion(layers, fit_layer, error_keys, header, what, errors_of,
 
 
 def relative_error(target: np.ndarray, fit: np.ndarray) -> float:
-  """||target - fit|| / ||target|| (||fit|| when the target is zero)."""
+  """||target - fit|| / ||target|| (||fit|| when the target is zero).
+
+  Args:
+    target, fit: arrays of one shape.
+  Returns:
+    The relative Frobenius error.
+  """
   norm = np.linalg.norm(target)
   return float(np.linalg.norm(target - fit) / norm) if norm else float(np.linalg.norm(fit))
 
@@ -52,11 +70,14 @@ def relative_error(target: np.ndarray, fit: np.ndarray) -> float:
 # shared: one layer.
 
 def fit_shared(attention: dict) -> tuple[dict, dict[str, float]]:
-  """A standard layer's attention params -> the shared layer's, and relative errors.
+  """A standard layer's attention params -> the shared layer's (the rank-1 fit), and
+  relative errors.
 
-  attention: {'query'|'key'|'value': {'kernel' [D,N,H], 'bias' [N,H]}, 'out': ...}.
-  Returns ({'shared': {'kernel', 'bias'}, 'diag' [3,N,H], 'out'}, errors) with errors for
-  'qkv' (the three affine maps together) and each role.
+  Args:
+    attention: {'query'|'key'|'value': {'kernel' [D,N,H], 'bias' [N,H]}, 'out': ...}.
+  Returns:
+    ({'shared': {'kernel', 'bias'}, 'diag' [3,N,H], 'out'}, errors) with errors for 'qkv'
+    (the three affine maps together) and each role.
   """
   kernels = np.stack([np.asarray(attention[r]['kernel'], np.float64) for r in ROLES])
   biases = np.stack([np.asarray(attention[r]['bias'], np.float64) for r in ROLES])
@@ -103,6 +124,11 @@ def fit_kv_shared(attention: dict) -> tuple[dict, dict[str, float]]:
   (exact when G has rank <= H, as for a model already of kv_shared form). c is the free
   scale: chosen so that ||W_kv||_F = sqrt(||W_k||_F ||W_v||_F), the source's own scale.
   Returns errors 'scores' and 'values': ||M - M_fit||_F / ||M||_F over all heads.
+
+  Args:
+    attention: a standard layer's attention params (as fit_shared's).
+  Returns:
+    (kv_shared's attention params, {'scores', 'values'}).
   """
   f64 = lambda a: np.asarray(a, np.float64)
   wq, bq = f64(attention['query']['kernel']), f64(attention['query']['bias'])
@@ -155,7 +181,14 @@ def score_target(wq, bq, wk, bk, head) -> tuple[np.ndarray, np.ndarray]:
   the query alone, which softmax ignores: it is free. T is the symmetric matrix closest to A
   under that freedom: the symmetric part of the D x D block (the antisymmetric part no
   symmetric score can hold), the query-bias row b_q W_k^T kept exactly, mirrored into the
-  free column."""
+  free column.
+
+  Args:
+    wq, bq, wk, bk: the layer's query and key kernels [D, N, H] and biases [N, H].
+    head: the head.
+  Returns:
+    (T, A), (D+1) x (D+1) each.
+  """
   a = _augmented(wq, bq, head) @ _augmented(wk, bk, head).T
   d = a.shape[0] - 1
   t = a.copy()
@@ -189,6 +222,13 @@ def fit_shared_function(attention: dict, score_weight: float = 1.0,
 
   input_moment: E[[x 1]^T [x 1]] of the layer's inputs on real text ((D+1) x (D+1)), or
   None. Given, the fit is weighted by where the inputs are (`_fit_shared_weighted`).
+
+  Args:
+    attention: a standard layer's attention params.
+    score_weight: the scores' weight against the values' in the span (step 1).
+    input_moment: as above.
+  Returns:
+    (shared's attention params, {'scores', 'values'}).
   """
   if input_moment is not None:
     return _fit_shared_weighted(attention, np.asarray(input_moment, np.float64), score_weight)
@@ -232,7 +272,14 @@ def _cholesky(moment) -> np.ndarray:
 def input_moments(hidden_states, lengths) -> list[np.ndarray]:
   """E[[x 1]^T [x 1]] over the real tokens of each layer's input: hidden_states as
   sharedbert.evaluators.sts.hidden_states gives them (the embeddings, then each layer's
-  output; layer i's attention reads entry i, post-LN), [n, T, D] each."""
+  output; layer i's attention reads entry i, post-LN), [n, T, D] each.
+
+  Args:
+    hidden_states: [L+1] arrays [n, T, D].
+    lengths: [n] real tokens a row.
+  Returns:
+    One (D+1) x (D+1) moment a layer.
+  """
   out = []
   for h in hidden_states[:-1]:
     mask = np.arange(h.shape[1])[None] < np.asarray(lengths)[:, None]
@@ -282,7 +329,14 @@ def shared_function_errors(attention: dict, fitted: dict) -> dict[str, float]:
   head: 'scores' |A[:, :D] - (S~ C S^T)|/|A[:, :D]| (A = [W_q; b_q][W_k; b_k]^T, the part
   that depends on the key; S~ = [W_s; b_s], C = diag(d_q d_k)) and 'values'
   |W_v W_o - W_s diag(d_v) W_o'|/|W_v W_o|, summed over heads. Any shared fit (rank1's
-  too) can be scored so."""
+  too) can be scored so.
+
+  Args:
+    attention: the standard layer's attention params.
+    fitted: the shared layer's.
+  Returns:
+    {'scores', 'values'}.
+  """
   f64 = lambda x: np.asarray(x, np.float64)
   wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
   wv, wo = f64(attention['value']['kernel']), f64(attention['out']['kernel'])
@@ -310,7 +364,14 @@ def fit_symmetric_function(attention: dict, input_moment=None) -> tuple[dict, di
   bias's key-dependent term. Errors: 'scores' as `fit_shared_function`'s.
 
   input_moment: as `fit_shared_function`'s; given, the top positive eigenpairs of L^T T L
-  (the whole augmented T, bias row included), mapped back by L^-T."""
+  (the whole augmented T, bias row included), mapped back by L^-T.
+
+  Args:
+    attention: a standard layer's attention params.
+    input_moment: as above.
+  Returns:
+    (symmetric's attention params, {'scores'}).
+  """
   f64 = lambda x: np.asarray(x, np.float64)
   wq, bq, wk, bk = (f64(attention[r][k]) for r in ('query', 'key') for k in ('kernel', 'bias'))
   d, n, h = wq.shape
@@ -344,7 +405,13 @@ def fit_symmetric_function(attention: dict, input_moment=None) -> tuple[dict, di
 
 def fit_symmetric_mean(attention: dict) -> tuple[dict, dict[str, float]]:
   """The weight-space baseline for symmetric: W_qk = (W_q + W_k) / 2, b_qk likewise; errors
-  of the weights ('query', 'key')."""
+  of the weights ('query', 'key').
+
+  Args:
+    attention: a standard layer's attention params.
+  Returns:
+    (symmetric's attention params, {'query', 'key'}).
+  """
   q, k = attention['query'], attention['key']
   mean = {x: ((np.asarray(q[x], np.float64) + np.asarray(k[x], np.float64)) / 2).astype(
       np.asarray(q[x]).dtype) for x in ('kernel', 'bias')}
@@ -358,7 +425,14 @@ def fit_symmetric_mean(attention: dict) -> tuple[dict, dict[str, float]]:
 # masa: the stack of layers.
 
 def fit_atoms(matrices: np.ndarray, num_atoms: int) -> tuple[np.ndarray, np.ndarray, list[float]]:
-  """Matrix PCA: [L, ...] matrices -> atoms [S, ...], coefficients [L, S], per-layer errors."""
+  """Matrix PCA: [L, ...] matrices -> atoms [S, ...], coefficients [L, S], per-layer errors.
+
+  Args:
+    matrices: [L, ...] one matrix a layer.
+    num_atoms: S.
+  Returns:
+    (atoms [S, ...], coefficients [L, S], each layer's relative error).
+  """
   num_layers = matrices.shape[0]
   if not 1 <= num_atoms <= num_layers:
     raise UserError(f'masa_atoms={num_atoms} must be between 1 and the number of layers '
@@ -381,8 +455,13 @@ def fit_masa(layers: list[dict], num_atoms: int,
              types: dict[str, str]) -> tuple[dict, list[dict], dict]:
   """Standard layers' attention params -> (dictionary, new per-layer attention, errors).
 
-  types: {projection type ('q', ...): its parameter name in a layer ('query', ...)}, the
-  types the dictionary holds. errors: {type: [relative error of each layer]}.
+  Args:
+    layers: each standard layer's attention params.
+    num_atoms: S.
+    types: {projection type ('q', ...): its parameter name in a layer ('query', ...)}, the
+      types the dictionary holds.
+  Returns:
+    (dictionary, new per-layer attention params, {type: [each layer's relative error]}).
   """
   dictionary, errors = {}, {}
   new_layers = [copy.deepcopy(a) for a in layers]

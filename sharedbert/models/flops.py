@@ -29,7 +29,8 @@ import math
 
 from sharedbert.errors import UserError
 # Each variant's class counts its own products, in the same unit.
-from sharedbert.models.attention import VARIANTS, matmul
+from sharedbert.models.attention import VARIANTS
+from sharedbert.models.layers import matmul
 from sharedbert.models import rotary
 
 # Backward = 2x forward, so one training step runs 3x the forward's products.
@@ -103,7 +104,15 @@ def train_step_flops(cfg, batch: int, seq_len: int, mlm_rows: int) -> int:
 
 
 def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float) -> float:
-  """Model FLOP utilization: achieved FLOP/s over the device's peak."""
+  """Model FLOP utilization: achieved FLOP/s over the device's peak.
+
+  Args:
+    flops_per_step: model FLOPs a training step.
+    step_time_s: seconds a step.
+    peak_flops_per_s: the device's peak.
+  Returns:
+    A fraction.
+  """
   if step_time_s <= 0 or peak_flops_per_s <= 0 or not math.isfinite(step_time_s):
     return float('nan')
   return flops_per_step / step_time_s / peak_flops_per_s

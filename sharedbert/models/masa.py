@@ -15,7 +15,8 @@ import jax.numpy as jnp
 
 from sharedbert.config import validation
 from sharedbert.errors import UserError
-from sharedbert.models.attention import AttentionBase, _dense, kernel_init, matmul, register
+from sharedbert.models.attention import AttentionBase, _dense, register
+from sharedbert.models.layers import kernel_init, matmul
 from sharedbert.models import fit as fit_lib
 
 
@@ -24,12 +25,25 @@ MASA_TYPES = {'q': 'query', 'k': 'key', 'v': 'value', 'o': 'out'}
 
 
 def masa_num_atoms(config) -> int:
-  """S: model.masa_atoms, or ceil(L/3) (the paper's 66.7% setting) when it is 0."""
+  """S: model.masa_atoms, or ceil(L/3) (the paper's 66.7% setting) when it is 0.
+
+  Args:
+    config: the ModelConfig.
+  Returns:
+    S.
+  """
   return config.masa_atoms or -(-config.num_layers // 3)
 
 
 def masa_atom_shape(config, projection_type: str):
-  """Shape and logical axis names of one type's atoms: [S,D,N,H] (q, k, v) or [S,N,H,D] (o)."""
+  """Shape and logical axis names of one type's atoms: [S,D,N,H] (q, k, v) or [S,N,H,D] (o).
+
+  Args:
+    config: the ModelConfig.
+    projection_type: 'q', 'k', 'v' or 'o'.
+  Returns:
+    (shape, logical axis names).
+  """
   d, n, s = config.hidden_size, config.num_heads, masa_num_atoms(config)
   h = d // n
   if projection_type == 'o':
@@ -46,7 +60,15 @@ def coefficient_initializer(scheme: str, num_layers: int, num_atoms: int):
     normal      N(0, 1/S): every layer a random mix of every atom (the default);
     one_hot     layer l on atom l mod S alone (with S < L, layers l and l + S start tied);
     orthogonal  a random orthogonal matrix (rows orthonormal for L <= S, columns scaled by
-                sqrt(L/S) beyond), so every layer mixes every atom, perfectly conditioned."""
+                sqrt(L/S) beyond), so every layer mixes every atom, perfectly conditioned.
+
+  Args:
+    scheme: 'normal', 'one_hot' or 'orthogonal'.
+    num_layers: L.
+    num_atoms: S.
+  Returns:
+    A flax initializer for [L, S].
+  """
   if scheme == 'normal':
     return nn.initializers.normal(1.0 / math.sqrt(num_atoms))
   if scheme == 'one_hot':

@@ -62,6 +62,13 @@ def component(path: tuple[str, ...], variant=attention_lib.AttentionBase) -> str
 
   variant: the attention class, which names W_o's parameters (`output_names`). The layers
   are bert/layer_<i>, or bert/layers when scanned (model.scan_layers).
+
+  Args:
+    path: the parameter's path.
+    variant: as above.
+  Returns:
+    One of COMPONENTS ('embeddings', 'attention QKV', 'attention output', 'FFN',
+    'LayerNorms', 'pooler', 'MLM head').
   """
   top = path[0]
   if top == 'mlm_head':
@@ -125,7 +132,16 @@ def parameter_counts(model_cfg: ModelConfig) -> dict[str, int]:
 
 def check_formula(model_cfg: ModelConfig, counts: dict[str, int]) -> str:
   """Compares the tree's attention counts with the variant's closed form (`param_formula`);
-  a difference is a bug in the one or the other, so it raises. Returns a line for reports."""
+  a difference is a bug in the one or the other, so it raises. Returns a line for reports.
+
+  Args:
+    model_cfg: the ModelConfig.
+    counts: parameter_counts'.
+  Returns:
+    The line.
+  Raises:
+    ValueError: the counts and the closed form differ.
+  """
   formula = attention_lib.VARIANTS[model_cfg.attention].param_formula(model_cfg)
   if formula is None:
     return ''
@@ -137,22 +153,48 @@ def check_formula(model_cfg: ModelConfig, counts: dict[str, int]) -> str:
 
 
 def reduction(value: int, reference: int) -> float:
-  """How much smaller `value` is than `reference`, in percent."""
+  """How much smaller `value` is than `reference`, in percent.
+
+  Args:
+    value: a count.
+    reference: the reference count.
+  Returns:
+    100 * (1 - value / reference).
+  """
   return 100.0 * (reference - value) / reference
 
 
 def is_bert_base(model_cfg: ModelConfig) -> bool:
-  """Whether `model_cfg` has BERT-base's sizes (the papers' reference point)."""
+  """Whether `model_cfg` has BERT-base's sizes (the papers' reference point).
+
+  Args:
+    model_cfg: the ModelConfig.
+  Returns:
+    Whether L, D, heads, FFN and vocabulary are BERT-base's.
+  """
   return all(getattr(model_cfg, k) == v for k, v in BERT_BASE.items())
 
 
 def settings_text(model_cfg: ModelConfig) -> str:
-  """The variant's own settings, in a few characters."""
+  """The variant's own settings, in a few characters.
+
+  Args:
+    model_cfg: the ModelConfig.
+  Returns:
+    The variant's settings_text.
+  """
   return attention_lib.VARIANTS[model_cfg.attention].settings_text(model_cfg)
 
 
 def paper_text(model_cfg: ModelConfig, short: bool = False) -> str:
-  """The paper's stated figures for this variant at BERT-base ('' where there are none)."""
+  """The paper's stated figures for this variant at BERT-base ('' where there are none).
+
+  Args:
+    model_cfg: the ModelConfig.
+    short: one line for the table of all variants.
+  Returns:
+    The text.
+  """
   variant = attention_lib.VARIANTS[model_cfg.attention]
   entry = variant.paper_figures
   if entry is None or not is_bert_base(model_cfg) or not variant.paper_applies(model_cfg):
@@ -167,7 +209,13 @@ def paper_text(model_cfg: ModelConfig, short: bool = False) -> str:
 
 
 def size_text(model_cfg: ModelConfig) -> str:
-  """The model's sizes in one line: 'L=.., D=.., heads=.., FFN=.., ...'."""
+  """The model's sizes in one line: 'L=.., D=.., heads=.., FFN=.., ...'.
+
+  Args:
+    model_cfg: the ModelConfig.
+  Returns:
+    The line.
+  """
   c = model_cfg
   return (f'L={c.num_layers}, D={c.hidden_size}, heads={c.num_heads}, FFN={c.mlp_dim}, '
           f'vocabulary={c.vocab_size}, positions={c.max_position_embeddings}')
@@ -185,7 +233,13 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1,
 
 
 def report(model_cfg: ModelConfig) -> str:
-  """One variant's counts beside `standard` of the same size."""
+  """One variant's counts beside `standard` of the same size.
+
+  Args:
+    model_cfg: the ModelConfig.
+  Returns:
+    The report, as text.
+  """
   counts = parameter_counts(model_cfg)
   name = model_cfg.attention
   standard = (counts if name == 'standard' else
@@ -219,7 +273,13 @@ def report(model_cfg: ModelConfig) -> str:
 
 
 def report_all(model_cfgs: list[ModelConfig]) -> str:
-  """One table of all variants, reductions against the `standard` among them."""
+  """One table of all variants, reductions against the `standard` among them.
+
+  Args:
+    model_cfgs: one ModelConfig a variant, `standard` among them.
+  Returns:
+    The table, as text.
+  """
   counts = {c.attention: parameter_counts(c) for c in model_cfgs}
   for c in model_cfgs:
     check_formula(c, counts[c.attention])
@@ -267,7 +327,14 @@ def _repo_configs_dir() -> str:
 
 
 def load_config_file(path: str, arg: str | None):
-  """get_config(arg) of a config file, loaded by path (configs/ is not a package)."""
+  """get_config(arg) of a config file, loaded by path (configs/ is not a package).
+
+  Args:
+    path: a config file.
+    arg: what follows its colon, or None.
+  Returns:
+    The ConfigDict.
+  """
   if not os.path.isfile(path):
     raise UserError(f'config file {path} does not exist')
   spec = importlib.util.spec_from_file_location(
@@ -278,7 +345,15 @@ def load_config_file(path: str, arg: str | None):
 
 
 def variant_configs(config_path: str | None, arg: str | None, overrides: dict) -> list:
-  """Each variant's ModelConfig from configs/<variant>_base.py, with the given overrides."""
+  """Each variant's ModelConfig from configs/<variant>_base.py, with the given overrides.
+
+  Args:
+    config_path: a config file, or None for every variant's.
+    arg: its preset.
+    overrides: {key: value} applied to each model section.
+  Returns:
+    ModelConfigs.
+  """
   directory = os.path.dirname(config_path) if config_path else _repo_configs_dir()
   out = []
   for variant in attention_lib.VARIANTS:
@@ -300,7 +375,11 @@ def _split_config_arg(filename: str) -> tuple[str, str | None]:
 
 
 def run() -> str:
-  """The parameter report for --config (or --all variants), as text."""
+  """The parameter report for --config (or --all variants), as text.
+
+  Returns:
+    The report.
+  """
   if FLAGS.all:
     path, arg, overrides = None, None, {}
     if FLAGS.config is not None:
@@ -313,7 +392,13 @@ def run() -> str:
 
 
 def main(argv):
-  """`sharedbert params`: prints the report."""
+  """`sharedbert params`: prints the report.
+
+  Args:
+    argv: absl's (the program name only).
+  Returns:
+    None.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   with one_line_errors('sharedbert params', FLAGS.verbose):

@@ -15,7 +15,13 @@ from sharedbert.models.attention import AttentionBase, _dense, register
 
 
 def shared_qk_width(config) -> int:
-  """floor(rho * H): the columns of each head that queries and keys share (partial_qk)."""
+  """floor(rho * H): the columns of each head that queries and keys share (partial_qk).
+
+  Args:
+    config: the ModelConfig.
+  Returns:
+    The shared columns per head.
+  """
   head_dim = config.hidden_size // config.num_heads
   # The epsilon keeps e.g. 0.29 * 100 = 28.999999999999996 at 29.
   return int(math.floor(config.qk_shared_fraction * head_dim + 1e-9))

@@ -94,5 +94,12 @@ def apply(q, k, *, theta: float, query_phase: float = 0.0):
 
 def flops(tokens: int, width: int) -> int:
   """Forward FLOPs of rotating one [tokens, width] tensor: two products and a sum per
-  element (x cos and the partner's x sin, added)."""
+  element (x cos and the partner's x sin, added).
+
+  Args:
+    tokens: rows.
+    width: columns.
+  Returns:
+    3 * tokens * width.
+  """
   return 3 * tokens * width

@@ -22,7 +22,14 @@ RESULTS_MD = 'results.md'
 
 
 def bootstrap_seed(config, score_key: str) -> int:
-  """Independent resamples per task; the same ones for every seed of a task."""
+  """Independent resamples per task; the same ones for every seed of a task.
+
+  Args:
+    config: the fine-tuning config (its seed).
+    score_key: the task's score key.
+  Returns:
+    The bootstrap's seed.
+  """
   return (int(config.eval.bootstrap_seed) * 1_000_003 + zlib.crc32(score_key.encode())) % 2**32
 
 
@@ -34,6 +41,13 @@ def summarize_task(run, records: list[dict], config) -> dict:
 
   `ci` is the percentile bootstrap interval of the seed mean (module docstring);
   `bootstrap` keeps the resampled seed means of the score for the GLUE average.
+
+  Args:
+    run: the task's TaskRun.
+    records: each seed's record.
+    config: the fine-tuning config.
+  Returns:
+    The task's entry of results.json.
   """
   spec = run.spec
   c = config.eval
@@ -64,7 +78,14 @@ def summarize_task(run, records: list[dict], config) -> dict:
 
 
 def glue_average_summary(tasks: dict, config) -> Optional[dict]:
-  """The GLUE average (sharedbert.metrics.glue.glue_average) over the finished tasks."""
+  """The GLUE average (sharedbert.metrics.glue.glue_average) over the finished tasks.
+
+  Args:
+    tasks: the tasks' entries.
+    config: the fine-tuning config.
+  Returns:
+    {'mean', 'ci', 'covered', 'missing', ...}, or None when no task is covered.
+  """
   means, per_seed, dists = {}, {}, {}
   for task in tasks.values():
     for entry in task['dev'].values():
@@ -92,7 +113,13 @@ _METRIC_TITLES = {'mcc': 'MCC', 'accuracy': 'accuracy', 'f1': 'F1', 'pearson': '
 
 def score_title(score_key: str) -> str:
   """The heading of a score key in results.md: the task's GLUE folder name unless it has a
-  title of its own."""
+  title of its own.
+
+  Args:
+    score_key: a score key.
+  Returns:
+    The heading.
+  """
   return _TASK_TITLES.get(score_key) or glue.get_task(score_key).glue_dir_name
 
 
@@ -100,7 +127,13 @@ _pct = reporting.pct
 
 
 def render_markdown(results: dict) -> str:
-  """results.md: the dev figures as a person reads them (×100)."""
+  """results.md: the dev figures as a person reads them (×100).
+
+  Args:
+    results: the full results.
+  Returns:
+    The markdown.
+  """
   r = results
   m = r['model']
   conf = round(100 * r['eval']['confidence'])
@@ -166,7 +199,13 @@ def render_markdown(results: dict) -> str:
 
 
 def public(results: dict) -> dict:
-  """results.json: everything but the bootstrap samples and the prediction arrays."""
+  """results.json: everything but the bootstrap samples and the prediction arrays.
+
+  Args:
+    results: the full results.
+  Returns:
+    A copy without them.
+  """
   out = dict(results)
   out['tasks'] = {}
   for task, v in results['tasks'].items():
@@ -180,7 +219,14 @@ def public(results: dict) -> dict:
 
 
 def write_reports(workdir: str, results: dict):
-  """Writes results.json and results.md of `results` into `workdir`."""
+  """Writes results.json and results.md of `results` into `workdir`.
+
+  Args:
+    workdir: the fine-tuning workdir.
+    results: the full results.
+  Returns:
+    None.
+  """
   jsonio.write_json(os.path.join(workdir, RESULTS_JSON), public(results), indent=2)
   with tf.io.gfile.GFile(os.path.join(workdir, RESULTS_MD), 'w') as f:
     f.write(render_markdown(results))

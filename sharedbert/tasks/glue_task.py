@@ -9,7 +9,6 @@ import copy
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from typing import Optional
 
@@ -33,14 +32,14 @@ from sharedbert.data import glue
 from sharedbert.errors import UserError
 from sharedbert.metrics import glue as glue_metrics
 from sharedbert.metrics import stats
-from sharedbert.models.bert import BertForSequenceClassification, ModelConfig
+from sharedbert.models.bert import BertForSequenceClassification
 from sharedbert.tasks import task as task_lib
 from sharedbert.tasks.pretrained import PretrainedRun
 from sharedbert.tasks import engine
+from sharedbert.tasks import glue_seeds
 from sharedbert.tasks import runner
 from sharedbert.data import tokenizer as tokenizer_lib
 
-SEED_METRICS = 'metrics.json'
 FinetuneState = engine.State  # step, params, opt_state, dropout_rng
 
 
@@ -74,7 +73,16 @@ class Features:
 
 def featurize(examples, tokenizer, seq_len: int, spec) -> Features:
   """Token ids of every example ([CLS] a [SEP] b [SEP], pairs truncated to seq_len), labels
-  and ids."""
+  and ids.
+
+  Args:
+    examples: the split's Examples.
+    tokenizer: the vocabulary.
+    seq_len: tokens a row, at most.
+    spec: the TaskSpec.
+  Returns:
+    Features.
+  """
   n = len(examples)
   ids = np.zeros((n, seq_len), np.int32)
   segments = np.zeros((n, seq_len), np.int32)
@@ -332,7 +340,7 @@ class TaskRun:
     spec = self.spec
     seed_dir = self.seed_dir(seed)
     fingerprint = self.fingerprint(seed)
-    reused = load_seed_result(seed_dir, spec, fingerprint)
+    reused = glue_seeds.load_seed_result(seed_dir, spec, fingerprint)
     if reused is not None:
       logging.info('%s seed %d: reusing the finished run in %s', spec.name, seed, seed_dir)
       return reused
@@ -372,7 +380,7 @@ class TaskRun:
       record['dev'][split] = {'score_key': glue_metrics.score_key(spec, split),
                               'n': int(len(labels)), 'metrics': v['metrics'],
                               'score': v['score'], 'score_ci': [low, high],
-                              'predictions_file': _dev_predictions_name(spec, split)}
+                              'predictions_file': glue_seeds.dev_predictions_name(spec, split)}
     test_predictions = {s: self.task.predictions(self.predict(params, self.features[s]))
                         for s in self.test_splits}
     if self.evaluators:
@@ -411,15 +419,15 @@ class TaskRun:
     tf.io.gfile.makedirs(seed_dir)
     for split, v in dev.items():
       feats = self.features[split]
-      _write_predictions(os.path.join(seed_dir, _dev_predictions_name(spec, split)),
-                         feats.guids, v['predictions'], feats.labels)
+      path = os.path.join(seed_dir, glue_seeds.dev_predictions_name(spec, split))
+      glue_seeds.write_predictions(path, feats.guids, v['predictions'], feats.labels)
     for split, preds in test_predictions.items():
       name = glue.submission_filename(spec, split)
-      _write_submission(os.path.join(seed_dir, name), spec,
-                        dict(zip(self.features[split].guids.tolist(), preds.tolist())))
+      glue_seeds.write_submission(os.path.join(seed_dir, name), spec,
+                                  dict(zip(self.features[split].guids.tolist(), preds.tolist())))
       record['test_files'].append(name)
     # Written last: its presence marks the seed as finished.
-    jsonio.write_json(os.path.join(seed_dir, SEED_METRICS), record, indent=2)
+    jsonio.write_json(os.path.join(seed_dir, glue_seeds.SEED_METRICS), record, indent=2)
 
   def _open_models(self, seed_dir: str, seed: int, is_chief: bool):
     """The seed's model manager (None with ckpt.max_to_keep=0), over a fresh directory:
@@ -526,61 +534,3 @@ class _EpochModels(runner.Hook):
 
   def close(self) -> None:
     self.manager.close()
-
-
-def _dev_predictions_name(spec, split: str) -> str:
-  return glue.split_filename(spec, split)[:-len('.tsv')] + '_predictions.tsv'
-
-
-def _write_predictions(path, guids, predictions, labels):
-  with tf.io.gfile.GFile(path, 'w') as f:
-    f.write('index\tprediction\tlabel\n')
-    for g, p, l in zip(guids.tolist(), predictions.tolist(), labels.tolist()):
-      f.write(f'{g}\t{p!r}\t{l!r}\n')
-
-
-def _write_submission(path, spec, predictions):
-  """glue.write_submission, by way of a local file so that `path` may be remote (gs://)."""
-  with tempfile.TemporaryDirectory() as tmp:
-    local = os.path.join(tmp, os.path.basename(path))
-    glue.write_submission(local, spec, predictions)
-    tf.io.gfile.copy(local, path, overwrite=True)
-
-
-def _read_predictions(path, is_regression: bool):
-  with tf.io.gfile.GFile(path) as f:
-    rows = [line.split('\t') for line in f.read().splitlines()[1:]]
-  cast = float if is_regression else int
-  return np.asarray([cast(r[1]) for r in rows])
-
-
-def _current_form(fingerprint):
-  """A stored fingerprint with its model written as today's code writes it: a seed finished
-  when every model carried every variant's settings is the same model, and is reused."""
-  if not isinstance(fingerprint, dict) or not isinstance(fingerprint.get('model'), dict):
-    return fingerprint
-  try:
-    model = ModelConfig.from_config(fingerprint['model']).to_dict()
-  except (UserError, TypeError, ValueError):
-    return fingerprint
-  return {**fingerprint, 'model': json.loads(json.dumps(model))}
-
-
-def load_seed_result(seed_dir: str, spec, fingerprint: dict) -> Optional[dict]:
-  """A finished seed's record with its dev predictions, if its settings match."""
-  path = os.path.join(seed_dir, SEED_METRICS)
-  if not tf.io.gfile.exists(path):
-    return None
-  try:
-    with tf.io.gfile.GFile(path) as f:
-      record = json.load(f)
-    if _current_form(record.get('fingerprint')) != fingerprint:
-      logging.warning('%s was made with other settings; running that seed again', path)
-      return None
-    for split, v in record['dev'].items():
-      v['predictions'] = _read_predictions(os.path.join(seed_dir, v['predictions_file']),
-                                           spec.is_regression)
-  except (OSError, tf.errors.OpError, ValueError, KeyError, IndexError) as e:
-    logging.warning('cannot reuse %s (%s); running that seed again', path, e)
-    return None
-  return record

@@ -139,5 +139,11 @@ def fit_and_score(task: Task, *, init_from: str, optim, num_epochs: int, batch_s
 
 
 def lengths_of(input_ids: np.ndarray) -> np.ndarray:
-  """[N] real tokens a row (ids other than the padding id)."""
+  """[N] real tokens a row (ids other than the padding id).
+
+  Args:
+    input_ids: [N, T].
+  Returns:
+    [N] int.
+  """
   return np.sum(input_ids != engine.PAD_ID, axis=1)

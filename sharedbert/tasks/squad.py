@@ -18,13 +18,10 @@ both in the context, at most `max_answer_len` tokens, the start token in the win
 it has the most context: BERT's `_check_is_max_context`) by start + end logit among the
 `n_best` highest starts and ends. v2: the no-answer score is the lowest [CLS] start + end
 logit over the question's windows; the question gets no answer when that score minus the
-best span's exceeds a threshold, chosen on dev to maximise F1 (`best_threshold`, the
-official script's procedure; reported beside the threshold-0 figures).
+best span's exceeds a threshold, chosen on dev to maximise F1 (metrics/squad.py's
+`best_threshold`, the official script's procedure; reported beside the threshold-0 figures).
 
-Metrics (`evaluate`): as the official evaluate-v1.1.py and evaluate-v2.0.py define them:
-lower-case, drop punctuation and the articles a/an/the, collapse whitespace; exact match
-and token F1, the best over the gold answers; v2 adds HasAns_* / NoAns_* and an
-unanswerable question's gold answer is the empty string. Figures x100 as the scripts print.
+Metrics: the official scripts' (sharedbert/metrics/squad.py).
 
 Fine-tuning: `SquadTask` is SQuAD as a Task (tasks/task.py); the task runner
 (tasks/runner.py) trains and scores it, as it does any task.
@@ -36,8 +33,6 @@ import collections
 import dataclasses
 import json
 import os
-import re
-import string
 from typing import Optional, Sequence
 
 import numpy as np
@@ -48,112 +43,12 @@ import optax
 
 from sharedbert.errors import UserError
 from sharedbert import optim as optim_lib
+from sharedbert.metrics import squad as squad_metrics
 from sharedbert.models import bert
 from sharedbert.tasks import engine
 from sharedbert.tasks import runner
 from sharedbert.tasks import task as task_lib
 from sharedbert.utils import jsonio
-
-# ---------------------------------------------------------------------------------------
-# The official metrics.
-
-
-def normalize_answer(s: str) -> str:
-  """Lower text and remove punctuation, articles and extra whitespace (official scripts)."""
-  s = s.lower()
-  exclude = set(string.punctuation)
-  s = ''.join(ch for ch in s if ch not in exclude)
-  s = re.sub(r'\b(a|an|the)\b', ' ', s, flags=re.UNICODE)
-  return ' '.join(s.split())
-
-
-def exact_match(prediction: str, gold: str) -> float:
-  """1.0 when the answers are equal after SQuAD's normalisation, else 0.0."""
-  return float(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def f1(prediction: str, gold: str, version: str = '1.1') -> float:
-  """Token F1 after normalisation. v2.0: two empty answers score 1, one empty scores 0
-  (evaluate-v2.0.py); v1.1 scores 0 whenever nothing is shared (evaluate-v1.1.py)."""
-  pred_tokens = normalize_answer(prediction).split()
-  gold_tokens = normalize_answer(gold).split()
-  if version == '2.0' and (not pred_tokens or not gold_tokens):
-    return float(pred_tokens == gold_tokens)
-  common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
-  num_same = sum(common.values())
-  if num_same == 0:
-    return 0.0
-  precision = num_same / len(pred_tokens)
-  recall = num_same / len(gold_tokens)
-  return 2 * precision * recall / (precision + recall)
-
-
-def gold_answers(answers: Sequence[str], version: str) -> list[str]:
-  """v2.0 drops answers that normalise to nothing; no answer at all means ['']."""
-  if version == '1.1':
-    return list(answers)
-  kept = [a for a in answers if normalize_answer(a)]
-  return kept or ['']
-
-
-def score_question(prediction: str, answers: Sequence[str], version: str) -> tuple[float, float]:
-  """(exact, f1) of one prediction: the best over the gold answers."""
-  golds = gold_answers(answers, version)
-  return (max(exact_match(prediction, g) for g in golds),
-          max(f1(prediction, g, version) for g in golds))
-
-
-def best_threshold(predictions: dict, raw_scores: dict, no_answer_scores: dict,
-                   has_answer: dict) -> tuple[float, float]:
-  """The no-answer threshold that maximises a metric, as evaluate-v2.0.py's find_best_thresh.
-
-  predictions: qid -> best non-empty answer; raw_scores: qid -> its exact or F1 (0/1 or
-  [0, 1]); no_answer_scores: qid -> how strongly "no answer" is predicted (higher: more);
-  a question gets no answer when its no-answer score > threshold. Returns (best metric in
-  percent, threshold).
-  """
-  num_no_answer = sum(1 for q in raw_scores if not has_answer[q])
-  current = best = float(num_no_answer)
-  threshold = 0.0
-  for qid in sorted(no_answer_scores, key=lambda q: no_answer_scores[q]):
-    if qid not in raw_scores:
-      continue
-    if has_answer[qid]:
-      diff = raw_scores[qid]
-    else:
-      diff = -1.0 if predictions[qid] else 0.0
-    current += diff
-    if current > best:
-      best = current
-      threshold = no_answer_scores[qid]
-  return 100.0 * best / len(raw_scores), threshold
-
-
-def evaluate(examples: Sequence['SquadExample'], predictions: dict, version: str,
-             no_answer_scores: Optional[dict] = None) -> dict:
-  """The official figures: exact and f1 (x100); v2 also HasAns_* / NoAns_* and, given
-  no-answer scores, best_exact / best_f1 and their thresholds.
-
-  predictions: qid -> answer text ('' = no answer).
-  """
-  missing = [ex.qid for ex in examples if ex.qid not in predictions]
-  if missing:
-    raise ValueError(f'no prediction for {len(missing)} questions, e.g. {missing[:3]}')
-  exact, f1s, has = {}, {}, {}
-  for ex in examples:
-    exact[ex.qid], f1s[ex.qid] = score_question(predictions[ex.qid], ex.answers, version)
-    has[ex.qid] = bool(gold_answers(ex.answers, version) != [''])
-  n = len(examples)
-  out = {'exact': 100.0 * sum(exact.values()) / n, 'f1': 100.0 * sum(f1s.values()) / n,
-         'total': n}
-  if version == '2.0':
-    for name, keep in (('HasAns', True), ('NoAns', False)):
-      qids = [q for q in exact if has[q] == keep]
-      if qids:
-        out[f'{name}_exact'] = 100.0 * sum(exact[q] for q in qids) / len(qids)
-        out[f'{name}_f1'] = 100.0 * sum(f1s[q] for q in qids) / len(qids)
-        out[f'{name}_total'] = len(qids)
-  return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -181,7 +76,13 @@ def _exists(path: str) -> bool:
 
 
 def read_json_file(path: str) -> list[SquadExample]:
-  """Examples of an official SQuAD JSON file (v1.1 or v2.0)."""
+  """Examples of an official SQuAD JSON file (v1.1 or v2.0).
+
+  Args:
+    path: the file.
+  Returns:
+    The examples.
+  """
   import tensorflow as tf
   try:
     with tf.io.gfile.GFile(path) as f:  # Local or remote (gs://).
@@ -203,7 +104,15 @@ def read_json_file(path: str) -> list[SquadExample]:
 
 
 def read_tfds(version: str, split: str, data_dir: Optional[str]) -> list[SquadExample]:
-  """The examples of tfds `squad/v<version>` `split` (prepared under `data_dir`)."""
+  """The examples of tfds `squad/v<version>` `split` (prepared under `data_dir`).
+
+  Args:
+    version: '1.1' or '2.0'.
+    split: 'train' or 'validation'.
+    data_dir: where it is prepared.
+  Returns:
+    The examples.
+  """
   import tensorflow_datasets as tfds
   name = f'squad/v{version}'
   try:
@@ -225,7 +134,16 @@ def read_tfds(version: str, split: str, data_dir: Optional[str]) -> list[SquadEx
 
 def read_examples(version: str, split: str, *, data_dir: str = '',
                   tfds_data_dir: str = '') -> list[SquadExample]:
-  """split: 'train' or 'validation'. A data_dir with the official files wins over tfds."""
+  """split: 'train' or 'validation'. A data_dir with the official files wins over tfds.
+
+  Args:
+    version: '1.1' or '2.0'.
+    split: as above.
+    data_dir: a folder with the official JSON files, or ''.
+    tfds_data_dir: where tfds squad is prepared.
+  Returns:
+    The examples.
+  """
   if version not in ('1.1', '2.0'):
     raise UserError(f'unknown SQuAD version {version!r}; use 1.1 or 2.0')
   if data_dir:
@@ -241,7 +159,14 @@ def read_examples(version: str, split: str, *, data_dir: str = '',
 # Tokens with character spans, and windowed features.
 
 def tokenize_with_spans(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-  """Token ids and each token's (start, end) character span in `text`, whitespace excluded."""
+  """Token ids and each token's (start, end) character span in `text`, whitespace excluded.
+
+  Args:
+    tokenizer: the vocabulary.
+    text: the context.
+  Returns:
+    (ids, spans).
+  """
   if not hasattr(tokenizer, 'sp'):  # WordPiece: the tokenizers library gives the offsets.
     return tokenizer.encode_with_offsets(text)
   proto = tokenizer.sp.encode(text, out_type='proto')
@@ -309,7 +234,18 @@ def _is_max_context(spans: list[tuple[int, int]], index: int, position: int) -> 
 def featurize(examples: Sequence[SquadExample], tokenizer, *, seq_len: int, doc_stride: int,
               max_query_len: int, is_training: bool) -> Features:
   """Every example as windows of seq_len tokens ([CLS] question [SEP] context [SEP]),
-  doc_stride apart; with is_training, the answer's token span in each."""
+  doc_stride apart; with is_training, the answer's token span in each.
+
+  Args:
+    examples: the examples.
+    tokenizer: the vocabulary.
+    seq_len: tokens a window.
+    doc_stride: tokens between windows' starts.
+    max_query_len: the question's tokens, at most.
+    is_training: mark the answer's span.
+  Returns:
+    Features, one row a window.
+  """
   CLS_ID, SEP_ID = tokenizer.cls_id, tokenizer.sep_id
   ids_out, segs_out, starts, ends, ex_index, spans_out, maxctx_out = [], [], [], [], [], [], []
   for e_i, ex in enumerate(examples):
@@ -365,6 +301,15 @@ def decode(examples: Sequence[SquadExample], features: Features, start_logits: n
   """(qid -> best non-empty answer text, qid -> no-answer score minus best span score).
 
   A question with no valid span in any window gets '' and an infinite no-answer margin.
+
+  Args:
+    examples: the examples.
+    features: their windows.
+    start_logits, end_logits: [windows, seq_len].
+    n_best: spans considered a window.
+    max_answer_len: tokens an answer, at most.
+  Returns:
+    As above.
   """
   by_example = collections.defaultdict(list)
   for f_i, e_i in enumerate(features.example_index):
@@ -398,28 +343,6 @@ def decode(examples: Sequence[SquadExample], features: Features, start_logits: n
   return answers, margins
 
 
-def apply_threshold(answers: dict, margins: dict, threshold: float) -> dict:
-  """v2: no answer where the no-answer margin exceeds the threshold."""
-  return {q: ('' if margins[q] > threshold else a) for q, a in answers.items()}
-
-
-def evaluate_predictions(examples, answers: dict, margins: dict, version: str) -> dict:
-  """v1.1: the official figures. v2.0: at threshold 0, and with the dev-tuned threshold
-  (best_f1_threshold applied: exact, f1, HasAns_*, NoAns_* under 'tuned')."""
-  if version == '1.1':
-    return evaluate(examples, answers, version)
-  out = evaluate(examples, apply_threshold(answers, margins, 0.0), version)
-  has = {ex.qid: gold_answers(ex.answers, version) != [''] for ex in examples}
-  raw = {ex.qid: score_question(answers[ex.qid], ex.answers, version) for ex in examples}
-  finite = {q: (m if np.isfinite(m) else 1e30) for q, m in margins.items()}
-  best_exact, exact_t = best_threshold(answers, {q: r[0] for q, r in raw.items()}, finite, has)
-  best_f1, f1_t = best_threshold(answers, {q: r[1] for q, r in raw.items()}, finite, has)
-  out.update(best_exact=best_exact, best_exact_thresh=exact_t, best_f1=best_f1,
-             best_f1_thresh=f1_t)
-  out['tuned'] = evaluate(examples, apply_threshold(answers, margins, f1_t), version)
-  return out
-
-
 # ---------------------------------------------------------------------------------------
 # Model and fine-tuning.
 
@@ -444,7 +367,13 @@ def _qa_model_class():
 
 def optimizer_config(squad_cfg):
   """The optimizer section of a SQuAD config: its `optim`, or its lr and warmup_fraction
-  with BERT's other values (sharedbert.optim.SQUAD_DEFAULTS)."""
+  with BERT's other values (sharedbert.optim.SQUAD_DEFAULTS).
+
+  Args:
+    squad_cfg: the study's squad section.
+  Returns:
+    An optimizer config section.
+  """
   if 'optim' in squad_cfg:
     return squad_cfg.optim
   return ml_collections.ConfigDict(dict(optim_lib.SQUAD_DEFAULTS, lr=squad_cfg.lr,
@@ -509,7 +438,7 @@ class SquadTask:
   def metrics(self, predictions, examples) -> dict:
     """The official figures (`evaluate_predictions`)."""
     answers, margins = predictions
-    return evaluate_predictions(examples, answers, margins, self.version)
+    return squad_metrics.evaluate_predictions(examples, answers, margins, self.version)
 
 
 def finetune_and_evaluate(squad_cfg, *, version: str, init_from: str, seed: int,

@@ -15,13 +15,29 @@ from sharedbert.errors import UserError
 
 
 def fresh_dir(path: str, what: str):
-  """Refuses a target that exists with files in it (nothing is overwritten)."""
+  """Refuses a target that exists with files in it (nothing is overwritten).
+
+  Args:
+    path: the target.
+    what: how the refusal names it ('--workdir').
+  Raises:
+    UserError: it has files.
+  Returns:
+    None.
+  """
   if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
     raise UserError(f'{what} {path} exists and is not empty; choose a new one')
 
 
 def publish(tmp: str, target: str):
-  """Moves a fully written temporary directory to `target`."""
+  """Moves a fully written temporary directory to `target`.
+
+  Args:
+    tmp: the written folder.
+    target: absent or empty.
+  Returns:
+    None.
+  """
   if os.path.isdir(target):
     os.rmdir(target)  # Empty (checked before writing).
   os.rename(tmp, target)
@@ -30,7 +46,14 @@ def publish(tmp: str, target: str):
 def replace_dir(tmp: str, target: str):
   """Puts the fully written `tmp` in place of `target` (a directory, maybe with files): the
   old one is renamed aside first and removed last, so a failure in between leaves one of
-  the two whole (the old one under .<name>.old-*, next to it)."""
+  the two whole (the old one under .<name>.old-*, next to it).
+
+  Args:
+    tmp: the written folder.
+    target: the folder it replaces.
+  Returns:
+    None.
+  """
   if not os.path.lexists(target):
     os.rename(tmp, target)
     return
@@ -56,7 +79,13 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale_work_dirs(parent: str) -> list[str]:
   """Removes the work folders that an interrupted export left in `parent` (their process is
-  gone); a live export's are kept. Returns what was removed."""
+  gone); a live export's are kept. Returns what was removed.
+
+  Args:
+    parent: the folder.
+  Returns:
+    The names removed.
+  """
   removed = []
   for name in os.listdir(parent) if os.path.isdir(parent) else []:
     m = _WORK_DIR.match(name)
@@ -69,7 +98,14 @@ def remove_stale_work_dirs(parent: str) -> list[str]:
 
 def temp_dir_beside(target: str, kind: str = 'tmp') -> str:
   """A new empty folder beside `target` (.<name>.<kind>-<pid>-*), after removing those an
-  interrupted process left there."""
+  interrupted process left there.
+
+  Args:
+    target: the final folder.
+    kind: 'tmp' or 'old'.
+  Returns:
+    The new folder's path.
+  """
   parent = os.path.dirname(os.path.abspath(target))
   os.makedirs(parent, exist_ok=True)
   remove_stale_work_dirs(parent)

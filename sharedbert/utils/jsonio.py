@@ -14,7 +14,15 @@ from sharedbert.utils.paths import gfile
 
 
 def json_default(x):
-  """numpy scalars and arrays as their JSON values."""
+  """numpy scalars and arrays as their JSON values.
+
+  Args:
+    x: a value json cannot write.
+  Returns:
+    Its JSON value.
+  Raises:
+    TypeError: not a numpy value.
+  """
   if isinstance(x, np.integer):
     return int(x)
   if isinstance(x, np.floating):
@@ -25,7 +33,14 @@ def json_default(x):
 
 
 def write_text(path: str, text) -> None:
-  """Writes `text` (str, or bytes) to `path` atomically, creating its folder."""
+  """Writes `text` (str, or bytes) to `path` atomically, creating its folder.
+
+  Args:
+    path: local or gs://.
+    text: str or bytes.
+  Returns:
+    None.
+  """
   path = os.fspath(path)
   folder = os.path.dirname(path)
   if folder:
@@ -37,20 +52,40 @@ def write_text(path: str, text) -> None:
 
 
 def write_json(path: str, obj, *, indent: int = 1, sort_keys: bool = False) -> None:
-  """`obj` as JSON (numpy values converted), one trailing newline, written atomically."""
+  """`obj` as JSON (numpy values converted), one trailing newline, written atomically.
+
+  Args:
+    path: local or gs://.
+    obj: the value.
+    indent, sort_keys: as json.dumps'.
+  Returns:
+    None.
+  """
   write_text(path, json.dumps(obj, indent=indent, sort_keys=sort_keys,
                               default=json_default) + '\n')
 
 
 def read_json(path: str):
-  """The JSON value in `path` (local or gs://)."""
+  """The JSON value in `path` (local or gs://).
+
+  Args:
+    path: local or gs://.
+  Returns:
+    The value.
+  """
   with gfile().GFile(os.fspath(path)) as f:
     return json.load(f)
 
 
 def read_jsonl(path: str) -> list:
   """The records of a JSON-lines file ([] when there is none); a line cut by a kill in
-  mid-write is skipped."""
+  mid-write is skipped.
+
+  Args:
+    path: local or gs://.
+  Returns:
+    The records.
+  """
   if not gfile().exists(path):
     return []
   out = []
@@ -66,5 +101,11 @@ def read_jsonl(path: str) -> list:
 
 
 def exists(path: str) -> bool:
-  """Whether `path` exists (local or gs://)."""
+  """Whether `path` exists (local or gs://).
+
+  Args:
+    path: local or gs://.
+  Returns:
+    Whether it exists.
+  """
   return gfile().exists(os.fspath(path))

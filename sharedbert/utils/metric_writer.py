@@ -75,6 +75,12 @@ def drop_lines_after(path: str, step: int) -> int:
 
   Rewrites the file through a temporary one and a rename, so a kill leaves either the old
   or the new file. Returns the number of lines dropped.
+
+  Args:
+    path: a metrics.jsonl.
+    step: the last step kept.
+  Returns:
+    As above.
   """
   if not tf.io.gfile.exists(path):
     return 0

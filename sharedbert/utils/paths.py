@@ -78,7 +78,11 @@ _FILES = _Files()
 
 
 def gfile() -> _Files:
-  """Files that may be local or gs:// (tf.io.gfile's interface; TensorFlow only for URLs)."""
+  """Files that may be local or gs:// (tf.io.gfile's interface; TensorFlow only for URLs).
+
+  Returns:
+    The module's _Files.
+  """
   return _FILES
 
 
@@ -91,7 +95,15 @@ def _ups(rel: str) -> int:
 
 
 def display(path, *, workdir: Optional[str] = None, root: str = REPO_ROOT) -> str:
-  """`path` as a report shows it (see the module docstring)."""
+  """`path` as a report shows it (see the module docstring).
+
+  Args:
+    path: a path.
+    workdir: shown as W when `path` is under it.
+    root: the repository, shown relative to.
+  Returns:
+    The text.
+  """
   path = os.fspath(path)
   if not path or '://' in path or not os.path.isabs(path):
     return path
@@ -112,7 +124,13 @@ def display(path, *, workdir: Optional[str] = None, root: str = REPO_ROOT) -> st
 
 def display_command(argv) -> str:
   """A command line with every absolute path in it (`--flag=/x`, `--flag /x`) shown by
-  `display`; argv[0] becomes `python -m <module>` where the caller puts it."""
+  `display`; argv[0] becomes `python -m <module>` where the caller puts it.
+
+  Args:
+    argv: the command line.
+  Returns:
+    The text.
+  """
   out = []
   for arg in argv:
     if arg.startswith('-') and '=' in arg:

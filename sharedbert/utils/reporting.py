@@ -15,7 +15,13 @@ from sharedbert.utils import jsonio
 
 
 def duration(seconds: float) -> str:
-  """'1h02m03s', or '2m03s' under an hour (rounded to the second)."""
+  """'1h02m03s', or '2m03s' under an hour (rounded to the second).
+
+  Args:
+    seconds: a duration.
+  Returns:
+    The text.
+  """
   seconds = int(round(seconds))
   h, rem = divmod(seconds, 3600)
   m, s = divmod(rem, 60)
@@ -23,24 +29,47 @@ def duration(seconds: float) -> str:
 
 
 def pct(x) -> str:
-  """A rate as points with one decimal (0.1234 -> '12.3'); '–' for None or NaN."""
+  """A rate as points with one decimal (0.1234 -> '12.3'); '–' for None or NaN.
+
+  Args:
+    x: a fraction, or None.
+  Returns:
+    The text.
+  """
   if x is None or (isinstance(x, float) and math.isnan(x)):
     return '–'
   return f'{100 * x:.1f}'
 
 
 def md_row(cells) -> str:
-  """One line of a markdown table."""
+  """One line of a markdown table.
+
+  Args:
+    cells: the cells.
+  Returns:
+    '| a | b |'.
+  """
   return '| ' + ' | '.join(str(c) for c in cells) + ' |'
 
 
 def md_table(head, rows=()) -> list[str]:
-  """A markdown table's lines: the header, its rule, one line a row (cells as given)."""
+  """A markdown table's lines: the header, its rule, one line a row (cells as given).
+
+  Args:
+    head: the header cells.
+    rows: the rows' cells.
+  Returns:
+    The lines.
+  """
   return [md_row(head), '|' + '---|' * len(head)] + [md_row(row) for row in rows]
 
 
 def pyplot():
-  """matplotlib.pyplot with the Agg backend (no display needed)."""
+  """matplotlib.pyplot with the Agg backend (no display needed).
+
+  Returns:
+    The module.
+  """
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
@@ -49,7 +78,15 @@ def pyplot():
 
 def save_figure(fig, path: str, dpi: int = 90) -> None:
   """Writes `fig` as a PNG by way of memory, so that `path` may be remote (gs://), then
-  closes it."""
+  closes it.
+
+  Args:
+    fig: a matplotlib figure.
+    path: the PNG (local or gs://).
+    dpi: its resolution.
+  Returns:
+    None.
+  """
   buf = io.BytesIO()
   fig.savefig(buf, dpi=dpi, format='png')
   jsonio.write_text(path, buf.getvalue())

@@ -13,12 +13,25 @@ check = validation.workdir  # A --workdir that is a file (or under one) cannot h
 
 
 def write_config(config, workdir: str) -> None:
-  """WORKDIR/config.json: the resolved config (atomic: a kill never leaves half a file)."""
+  """WORKDIR/config.json: the resolved config (atomic: a kill never leaves half a file).
+
+  Args:
+    config: the run's config.
+    workdir: the run's workdir.
+  Returns:
+    None.
+  """
   jsonio.write_text(os.path.join(workdir, 'config.json'),
                     config.to_json_best_effort(indent=2, sort_keys=True) + '\n')
 
 
 def sync(name: str) -> None:
-  """Waits for every host at the point `name` (nothing on one host)."""
+  """Waits for every host at the point `name` (nothing on one host).
+
+  Args:
+    name: the barrier's name, the same on every host.
+  Returns:
+    None.
+  """
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(name)

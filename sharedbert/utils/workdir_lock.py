@@ -26,7 +26,13 @@ LOCK_FILE = 'run.lock'
 
 
 def is_local(workdir: str) -> bool:
-  """Whether `workdir` is on this machine (not a gs:// or other URL)."""
+  """Whether `workdir` is on this machine (not a gs:// or other URL).
+
+  Args:
+    workdir: a path or URL.
+  Returns:
+    Whether it is local.
+  """
   return '://' not in workdir
 
 
@@ -95,7 +101,16 @@ class WorkdirLock:
 
 @contextlib.contextmanager
 def hold(workdir: str, *, enabled: bool = True):
-  """Holds the workdir's lock for the duration of the block (no-op when not enabled)."""
+  """Holds the workdir's lock for the duration of the block (no-op when not enabled).
+
+  Args:
+    workdir: the run's workdir.
+    enabled: False: do nothing.
+  Returns:
+    A context manager.
+  Raises:
+    UserError: another live process holds it.
+  """
   if not enabled:
     yield
     return

@@ -32,7 +32,16 @@ def init_worker(counter, cache_dir: str, verbosity: int | None = None,
   """A worker process: one core of its own, dies with its parent (SIGTERM, which train.py
   answers by checkpointing), signals only flagged (interrupts.flag_only), the parent's
   compilation cache and log verbosity (so that the runs' progress and ETA lines reach the
-  parent's log)."""
+  parent's log).
+
+  Args:
+    counter: a shared counter, from which each worker takes its core.
+    cache_dir: the compilation cache ('' for none).
+    verbosity: absl's verbosity, or None.
+    parent_pid: the parent's pid.
+  Returns:
+    None.
+  """
   global _PARENT_PID
   interrupts.flag_only()
   _PARENT_PID = parent_pid
@@ -55,7 +64,14 @@ def init_worker(counter, cache_dir: str, verbosity: int | None = None,
 def call_if_parent_alive(fn: Callable, *args):
   """fn(*args) in a worker, unless its parent has died: the pool queues a job ahead of a
   free worker, and an orphan that took it would train on with no one to read the result
-  (a killed study's workers went on to the next queued run)."""
+  (a killed study's workers went on to the next queued run).
+
+  Args:
+    fn: the job's function.
+    *args: its arguments.
+  Returns:
+    fn's result.
+  """
   if _PARENT_PID is not None and os.getppid() != _PARENT_PID:
     os._exit(1)
   return fn(*args)
@@ -70,7 +86,18 @@ def run_all(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], tuple], 
             describe: Callable[[Any], str] = str) -> None:
   """Calls fn(*args_of(job)) for every job, `workers` at a time (1: in this process), and
   on_done(job, result) here as each finishes. A job that raises cancels the rest and
-  raises RuntimeError naming it."""
+  raises RuntimeError naming it.
+
+  Args:
+    jobs: the jobs.
+    fn: the function a job runs.
+    args_of: job -> fn's arguments.
+    workers: processes.
+    on_done: job, result -> None.
+    describe: job -> text for messages.
+  Returns:
+    None.
+  """
   run_when_ready(jobs, fn, args_of, workers=workers, on_done=on_done,
                  ready=lambda _: True, describe=describe)
 
@@ -79,7 +106,14 @@ def run_when_ready(jobs: Iterable[Any], fn: Callable, args_of: Callable[[Any], t
                    workers: int, on_done: Callable[[Any, Any], None],
                    ready: Callable[[Any], bool], describe: Callable[[Any], str] = str) -> None:
   """run_all for jobs that depend on others: a job starts, in list order, once
-  `ready(job)` is true (asked again as each job finishes) and a worker is free."""
+  `ready(job)` is true (asked again as each job finishes) and a worker is free.
+
+  Args:
+    jobs, fn, args_of, workers, on_done, describe: as run_all's.
+    ready: job -> whether it may start.
+  Returns:
+    None.
+  """
   pending = list(jobs)
   run_growing(lambda: [j for j in pending if ready(j)], fn, args_of, workers=workers,
               on_done=on_done, on_start=pending.remove, describe=describe)
@@ -96,7 +130,15 @@ def run_growing(next_jobs: Callable[[], list], fn: Callable, args_of: Callable[[
   next_jobs() lists the jobs that may start now, in priority order (finished ones left out
   by the caller; running ones are skipped here). Returns when nothing runs and next_jobs()
   offers nothing new. on_start(job) and on_done(job, result) are called here. A job that
-  raises cancels the rest and raises RuntimeError naming it."""
+  raises cancels the rest and raises RuntimeError naming it.
+
+  Args:
+    next_jobs: () -> the jobs that may start now.
+    fn, args_of, workers, on_done, describe: as run_all's.
+    on_start: job -> None.
+  Returns:
+    None.
+  """
   running_jobs = []
 
   def pick():
