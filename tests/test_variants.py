@@ -22,7 +22,6 @@ from sharedbert.errors import UserError
 from sharedbert.models import attention as attention_lib
 from sharedbert.models import masa as masa_lib
 from sharedbert.lab import attention_stats
-from sharedbert.models import bert as bert_lib
 from sharedbert.models.bert import BertForPretraining, ModelConfig
 from test_model import make_inputs
 

@@ -190,11 +190,21 @@ class TaskRun:
     self.encoder_params = encoder_params   # None: from scratch.
     self.pretrained_step = pretrained_step
     self.task = GlueTask(task, data=config.data, pooling=config.pooling)
-    self.spec = spec = self.task.spec
+    self.spec = self.task.spec
     self.mesh = mesh
     self.axis_rules = axis_rules
     self.workdir = workdir
     self.pretrained = pretrained
+    self._read_splits()
+    self._compile()
+    # config.evaluators: name -> settings (sharedbert/evaluators/common.py).
+    self.evaluators = {name: evaluators_lib.from_config(name, self, **dict(settings))
+                       for name, settings in config.get('evaluators', {}).items()}
+
+  def _read_splits(self):
+    """Loads the task's splits (train a fixed subset when data.max_train_examples is set,
+    test only with eval.predict_test), featurizes them, and logs what was read."""
+    config, spec, pretrained = self.config, self.spec, self.pretrained
     d = config.data
     load = self.task.load
     t0 = time.time()
@@ -233,7 +243,10 @@ class TaskRun:
                  {s: len(self.features[s]) for s in self.test_splits}, self.length, truncated,
                  d.seq_len, time.time() - t0)
 
-    # Model, optimizer and the compiled steps, shared by every seed.
+  def _compile(self):
+    """The model, an optimizer for this task's steps and the compiled steps, shared by
+    every seed."""
+    config, mesh = self.config, self.mesh
     dp = sharding.data_parallel_size(mesh)
     if config.batch_size % dp:
       raise UserError(f'batch_size={config.batch_size} is not divisible by the data-parallel '
@@ -244,15 +257,12 @@ class TaskRun:
     self.total_steps = self.steps_per_epoch * config.num_epochs
     # Warmup: optim.warmup_fraction of this task's steps.
     tx, _ = optim_lib.make_optimizer(config.optim, self.total_steps)
-    self.model = model = self.task.model(pretrained.model_config)
-    steps = engine.compile_steps(model, tx, self.task.loss, mesh, axis_rules)
+    self.model = model = self.task.model(self.pretrained.model_config)
+    steps = engine.compile_steps(model, tx, self.task.loss, mesh, self.axis_rules)
     self.state_shardings = steps.state_shardings
     self.init_state, self.step_fn, self.predict_fn = (steps.init_state, steps.step_fn,
                                                       steps.predict_fn)
     self.timer = engine.StepTimer()  # Shared by the seeds: only the first step compiles.
-    # config.evaluators: name -> settings (sharedbert/evaluators/common.py).
-    self.evaluators = {name: evaluators_lib.from_config(name, self, **dict(settings))
-                       for name, settings in config.get('evaluators', {}).items()}
 
   def from_scratch(self, config, workdir: str) -> 'TaskRun':
     """This run's data, model and compiled steps, with the encoder initialized at random
