@@ -90,3 +90,76 @@ def test_every_documented_module_command_exists():
         assert "__name__ == '__main__'" in f.read(), f'python -m {name} would do nothing'
   unknown = sorted(s for s in subcommands if s not in cli.SUBCOMMANDS and s != 'run')
   assert unknown == [], f'documented subcommands that do not exist: {unknown}'
+
+
+# The committed studies: report.md is what the current code renders from summary.json, and
+# the README says what the reports say.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LONG = os.path.join(ROOT, 'docs', 'study_cpu_long')
+ROTARY = os.path.join(ROOT, 'docs', 'study_cpu_rotary')
+REFRESH = {LONG: 'python tools/refresh_long_report.py --summary=docs/study_cpu_long/summary.json',
+           ROTARY: 'python -m sharedbert.lab.study ... --report_only, then copy it'}
+
+
+def _read(*parts) -> str:
+  with open(os.path.join(*parts), encoding='utf-8') as f:
+    return f.read()
+
+
+def _rotary_summary_folder() -> str:
+  """The finished reference run's folder, or the snapshot while it runs."""
+  final = os.path.join(ROTARY, 'summary.json')
+  return ROTARY if os.path.exists(final) else os.path.join(ROTARY, 'snapshot')
+
+
+def _figures(folder: str, names) -> tuple:
+  return tuple(n for n in names if os.path.isfile(os.path.join(folder, n)))
+
+
+def test_committed_study_reports_are_rendered_from_their_summaries():
+  from sharedbert.lab import study_long_report
+  from sharedbert.lab import study_rotary_report
+  from sharedbert.models.params import load_config_file
+  from sharedbert.utils import jsonio
+  config = load_config_file(os.path.join(ROOT, 'configs', 'study.py'), 'cpu_long,data=unused')
+  summary = jsonio.read_json(os.path.join(LONG, 'summary.json'))
+  figures = _figures(LONG, (study_long_report.HORIZON_PNG, study_long_report.CURVES_PNG))
+  assert study_long_report.render(config, summary, figures) == _read(LONG, 'report.md'), (
+      f'docs/study_cpu_long/report.md is stale: {REFRESH[LONG]}')
+  folders = [os.path.join(ROTARY, 'snapshot')] + (
+      [ROTARY] if os.path.exists(os.path.join(ROTARY, 'summary.json')) else [])
+  for folder in folders:
+    summary = jsonio.read_json(os.path.join(folder, 'summary.json'))
+    figures = _figures(folder, (study_rotary_report.ARMS_PNG,))
+    assert study_rotary_report.render(summary, figures) == _read(folder, 'report.md'), (
+        f'{os.path.relpath(folder, ROOT)}/report.md is stale: {REFRESH[ROTARY]}')
+
+
+def _bullet(text: str, start: str, end: str) -> str:
+  return ' '.join(text[text.index(start):text.index(end)].split())
+
+
+def test_the_readme_and_study_doc_state_the_rotary_answer_its_summary_gives():
+  from sharedbert.lab import study_rotary_report
+  from sharedbert.utils import jsonio
+  summary = jsonio.read_json(os.path.join(_rotary_summary_folder(), 'summary.json'))
+  sentence = study_rotary_report.readme_sentence(summary)
+  if not os.path.exists(os.path.join(ROTARY, 'summary.json')):
+    sentence = 'no result is claimed yet'  # The snapshot is partial: nothing is claimed.
+  readme = _bullet(_read(ROOT, 'README.md'), '- **The rotary study**', '- **The long study**')
+  assert sentence in readme, f'README\'s rotary study bullet should say: {sentence}'
+  doc = _read(ROOT, 'docs', 'study.md')
+  doc = _bullet(doc, '## The rotary study', '## The pretraining verdict')
+  assert sentence.lower() in doc.lower(), f'docs/study.md\'s rotary section should say: {sentence}'
+
+
+def test_every_figure_of_the_readme_long_study_bullet_is_in_a_report():
+  """The bullet quotes the long study's report and the rotary study's re-read of its
+  1,000-step point; a figure found in neither is stale or mistyped."""
+  readme = _bullet(_read(ROOT, 'README.md'), '- **The long study**', '- **The controlled study**')
+  reports = (_read(LONG, 'report.md') + _read(_rotary_summary_folder(), 'report.md'))
+  reports = reports.replace('−', '-')
+  figures = [n.replace('−', '-') for n in re.findall(r'[-+−]?\d+\.\d{3}\b', readme)]
+  assert len(figures) > 10
+  missing = [n for n in figures if n not in reports]
+  assert not missing, f'in the README, in no report: {missing}'

@@ -243,6 +243,16 @@ def test_analysis_of_a_finished_study_against_hand_computed_figures(tmp_path):
   assert report.index('**H1 (headline): confirmed.**') < report.index('## Every arm')
   assert '| H5 | shared_qk - standard | > 0 | +0.300' in report
   assert 'Partial' not in report
+  # The README's paragraph: H1, shared's gap under each kind of position, H2-H7.
+  text = study_rotary_report.readme_sentence(s)
+  assert text.startswith("Rotary positions narrowed `shared`'s gap (H1 confirmed): ")
+  assert '`shared` − `standard` is +0.500 [' in text and 'and +0.195 [' in text
+  assert 'H5 shared_qk - standard +0.300' in text and 'H7 shared - shared_qk +0.200' in text
+  assert f'**In one paragraph.** {text}' in report and '\n' not in text
+  # An arm whose sweep has not chosen a rate yet says so, not "at an edge".
+  s['selection']['shared_qk'].update(chosen_lr=None, interior=False, bracketed=False)
+  row = [r for r in study_rotary_report.selection_table(s) if r.startswith('| shared_qk |')]
+  assert row[0].endswith('| no (no rate chosen yet) | none |')
 
 
 def test_the_report_of_a_study_that_has_only_begun(tmp_path):
@@ -250,6 +260,7 @@ def test_the_report_of_a_study_that_has_only_begun(tmp_path):
   s = study_rotary.analyse(config, str(tmp_path))
   report = study_rotary_report.render(s)
   assert 'Not answered yet' in report and 'Partial' in report and s['runs_left'] == 139
+  assert study_rotary_report.readme_sentence(s) == 'No result is claimed yet.'
 
 
 def test_toy_study_end_to_end_with_reuse_and_resume(tmp_path):

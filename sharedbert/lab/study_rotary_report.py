@@ -24,6 +24,53 @@ def _seeds(d: dict) -> str:
   return f'{len(d.get("seeds") or [])} seeds'
 
 
+_GAP_VERB = {'confirmed': 'narrowed', 'refuted': 'widened',
+             'not shown': 'did not measurably change'}
+
+
+def readme_sentence(summary: dict) -> str:
+  """The study's answer in one paragraph, as the README and docs/study.md state it (and
+  tests/test_docs.py holds them to it): H1 with its interval and power, `shared`'s gap under
+  each kind of position, and H2-H7 with their answers.
+
+  Args:
+    summary: the study's summary.json.
+
+  Returns:
+    The paragraph, on one line.
+  """
+  i = summary['interaction']['rotary']
+  if i.get('delta_nats') is None:
+    return 'No result is claimed yet.'
+  f = summary['factorial']
+
+  def gap(arm: str) -> str:
+    e = f.get(arm, {})
+    if e.get('delta_nats') is None:
+      return 'not finished'
+    return f'{_num(e["delta_nats"], sign=True)} {_interval(e)}'
+
+  power = i.get('power_at_0.2')
+  text = (f'Rotary positions {_GAP_VERB[i["answer"]]} `shared`\'s gap (H1 {i["answer"]}): '
+          f'(shared+rotary − standard+rotary) − (shared − standard) = '
+          f'{_num(i["delta_nats"], sign=True)} {_interval(i)} nats over {_seeds(i)} '
+          f'(p = {_num(i["p"])}; power {_num(power, 2) if power is not None else "n/a"} '
+          f'at 0.2 nats). `shared` − `standard` is {gap("shared")} with learned positions '
+          f'and {gap("shared+rotary")} with rotary.')
+  parts = []
+  for h in summary['preregistered']['hypotheses'][1:]:
+    e = summary['effects'].get(h['name'], {})
+    if e.get('delta_nats') is not None:
+      parts.append(f'{h["id"]} {h["contrast"]} {_num(e["delta_nats"], sign=True)} '
+                   f'{_interval(e)} ({e["answer"]})')
+  if parts:
+    text += ' Holm family H2–H7: ' + '; '.join(parts) + '.'
+  if summary['runs_left']:
+    text = (f'Partial ({summary["runs_finished"]} runs finished, about '
+            f'{summary["runs_left"]} to go): ' + text)
+  return text
+
+
 def headline(summary: dict) -> list[str]:
   """The pre-registered hypotheses with their answers, H1 first."""
   pre = summary['preregistered']
@@ -31,7 +78,8 @@ def headline(summary: dict) -> list[str]:
   lines = [f'Pre-registered in `{pre["file"]}` (commit {pre["commit"][:10]}) before any run. '
            'Loss is held-out MLM loss in nats at '
            f'{summary["steps"]:,} steps ({study_long_report._tokens(summary["steps"] * summary["tokens_per_step"])} tokens); '  # pylint: disable=protected-access
-           'every contrast is paired by seed; intervals are 95% t intervals.', '']
+           'every contrast is paired by seed; intervals are 95% t intervals.', '',
+           f'**In one paragraph.** {readme_sentence(summary)}', '']
   if i.get('delta_nats') is None:
     lines.append('**H1 (headline).** Not answered yet: the four arms share fewer than two '
                  'finished verdict seeds.')
@@ -84,8 +132,9 @@ def selection_table(summary: dict) -> list[str]:
            '|---|---|---|---|---|']
   for arm, s in summary['selection'].items():
     means = ', '.join(f'{lr}: {_num(x)}' for lr, x in s['means'].items())
-    why = '' if s['bracketed'] else (' (at an edge)' if not s['interior'] else
-                                     ' (a neighbour ended on or past the plateau)')
+    why = ('' if s['bracketed'] else ' (no rate chosen yet)' if s['chosen_lr'] is None
+           else ' (at an edge)' if not s['interior']
+           else ' (a neighbour ended on or past the plateau)')
     lines.append(f'| {arm} | {means} | {s["chosen_lr"] if s["chosen_lr"] is not None else ""}'
                  f' | {"yes" if s["bracketed"] else "no" + why} | '
                  f'{", ".join(s["reused"]) or "none"} |')
