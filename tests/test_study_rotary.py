@@ -327,10 +327,27 @@ def test_toy_study_end_to_end_with_reuse_and_resume(tmp_path):
   assert s2['factorial']['standard']['losses'] == [1.25, 1.5]
   report = open(os.path.join(work2, 'report.md')).read()
   assert '2 runs come from' in report and 'arms.png' in report
+  # How busy the machine was, from the load each trained run recorded as it ended.
+  assert s2['load_during']['runs'] == s2['load_during']['of'] == 3 * 4 - 2
+  assert s2['load_during']['cpu_count'] == [os.cpu_count()]
+  assert 'The 5-minute load average as each run ended was' in report
   config.rotary.reuse_summary = ''
   study.run_study(config, workdir)  # Resumes: nothing retrains.
   assert os.path.getmtime(os.path.join(study_long.run_dir(workdir, check),
                                        'study_done.json')) == stamp
+
+
+def test_the_load_during_a_study_counts_runs_that_did_not_record_it():
+  results = {1: {'load_avg_at_end': [3.0, 2.5, 2.0], 'cpu_count': 2},
+             2: {'load_avg_at_end': [1.0, 2.25, 2.0], 'cpu_count': 2}, 3: {}}
+  load = study_long.load_during(results)
+  assert load == {'runs': 2, 'of': 3, 'min': 2.25, 'median': 2.375, 'max': 2.5,
+                  'cpu_count': [2]}
+  text = study_rotary_report.load_sentence({'load_during': load})
+  assert text == (' The 5-minute load average as each run ended was 2.25–2.50 (median 2.38) '
+                  'on 2 cores, over 2 of the 3 runs (the others finished before the study '
+                  'recorded it).')
+  assert study_rotary_report.load_sentence({'load_during': study_long.load_during({3: {}})}) == ''
 
 
 def test_the_1000_step_point_is_re_read_at_another_rate_beside_the_long_study(tmp_path):

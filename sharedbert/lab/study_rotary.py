@@ -472,6 +472,7 @@ def analyse(config, workdir: str) -> dict:
   out['wall_s'] = round(sum(s.get('wall_s', 0.0) for s in trained.values()), 1)
   out['step_time_median_s'] = study_long._median([s.get('step_time_median')
                                                   for s in trained.values()])
+  out['load_during'] = study_long.load_during(trained)
   return out
 
 

@@ -182,6 +182,20 @@ def reread_section(summary: dict) -> list[str]:
   return lines
 
 
+def load_sentence(summary: dict) -> str:
+  """How busy the machine was: the 5-minute load average as each run ended."""
+  load = summary.get('load_during')
+  if not load or not load['runs']:
+    return ''
+  cpus = '/'.join(str(c) for c in load['cpu_count']) or '?'
+  text = (f' The 5-minute load average as each run ended was {load["min"]:.2f}–'
+          f'{load["max"]:.2f} (median {load["median"]:.2f}) on {cpus} cores')
+  if load['runs'] < load['of']:
+    text += (f', over {load["runs"]} of the {load["of"]} runs (the others finished before '
+             'the study recorded it)')
+  return text + '.'
+
+
 def render(summary: dict, figures: tuple[str, ...] = ()) -> str:
   lines = ['# Does rotary close `shared`\'s gap? (the rotary study, issue 54)', '']
   lines += headline(summary)
@@ -214,7 +228,7 @@ def render(summary: dict, figures: tuple[str, ...] = ()) -> str:
         f'{r["long_loss"]:.7f} there.' if 'here_loss' in r else ''))
   lines += ['', f'Runs trained here: {summary["runs_trained_here"]}, {summary["wall_s"]:,.0f} s '
             'of run wall time in all (two at a time); median '
-            f'{_num(summary["step_time_median_s"], 4)} s a step.', '']
+            f'{_num(summary["step_time_median_s"], 4)} s a step.' + load_sentence(summary), '']
   return '\n'.join(lines)
 
 
