@@ -1,7 +1,5 @@
 """The pretraining input pipeline: sources, vocabulary, packing, masking, determinism."""
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds

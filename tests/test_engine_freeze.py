@@ -16,7 +16,6 @@ import os
 import re
 import sys
 
-import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

@@ -306,7 +306,6 @@ def test_bench_refuses_an_undecodable_out_md_before_any_work(tmp_path):
 def test_an_encoder_that_is_no_bert_is_refused_before_anything_is_created(tmp_path):
   """Issue 44, item 5: `uptrain --encoder=<a GPT-2 folder>` refused in one line but had
   already created W/conversion/. Now uptrain and conversion check the folder first."""
-  import ml_collections
   from sharedbert.lab import conversion
   from sharedbert.lab import uptrain
   from sharedbert.models.params import load_config_file
@@ -357,7 +356,6 @@ def test_resuming_on_another_corpus_is_refused_unless_restart(tmp_path, monkeypa
 
 def test_export_onto_a_full_disk_is_one_line_exit_4_and_leaves_nothing(imported, tmp_path):
   """Issue 44, item 6: an export onto a full disk ended in a SafetensorError traceback."""
-  import shutil
   from test_write_failures import _mount_tmpfs
   disk = tmp_path / 'disk'
   if not _mount_tmpfs(disk, '64k'):

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file

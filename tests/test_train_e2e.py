@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 from test_sharding import write_corpus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

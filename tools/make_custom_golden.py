@@ -19,7 +19,6 @@ from_pretrained again. Exits 1 if any case differs from sharedbert by more than 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import pathlib
@@ -28,7 +27,6 @@ import sys
 import tempfile
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from sharedbert.convert import hf_custom

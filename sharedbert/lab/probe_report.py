@@ -225,7 +225,7 @@ def ceiling_sentence(entry: dict) -> str:
     return 'no variant with symmetric scores was run'
   at = [n for n, v in rows if v.get('at_symmetric_ceiling')]
   off = [n for n, v in rows if not v.get('at_symmetric_ceiling')]
-  text = (f'the variants with symmetric scores end at ' + ', '.join(
+  text = ('the variants with symmetric scores end at ' + ', '.join(
       f'`{n}` {_f(v["mean"])} ± {_f(v["std"])}' for n, v in rows) +
       f' against the derived ceiling {_f(ceiling)} (the training loss\'s minimum for any '
       f'symmetric score; none can pass {_f(entry["symmetric_bound"])})')

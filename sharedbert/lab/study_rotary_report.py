@@ -25,7 +25,7 @@ def _seeds(d: dict) -> str:
 
 
 _GAP_VERB = {'confirmed': 'narrowed', 'refuted': 'widened',
-             'not shown': 'did not measurably change'}
+             'not shown': 'did not measurably narrow'}
 
 
 def readme_sentence(summary: dict) -> str:
