@@ -19,6 +19,7 @@ from sharedbert.lab import study_rotary
 from sharedbert.lab import study_rotary_report
 from sharedbert.models.params import load_config_file
 from sharedbert.utils import jsonio
+from sharedbert.utils import reporting
 
 from test_study import _write_fixture_data
 
@@ -340,14 +341,14 @@ def test_toy_study_end_to_end_with_reuse_and_resume(tmp_path):
 def test_the_load_during_a_study_counts_runs_that_did_not_record_it():
   results = {1: {'load_avg_at_end': [3.0, 2.5, 2.0], 'cpu_count': 2},
              2: {'load_avg_at_end': [1.0, 2.25, 2.0], 'cpu_count': 2}, 3: {}}
-  load = study_long.load_during(results)
+  load = reporting.load_during(results.values())
   assert load == {'runs': 2, 'of': 3, 'min': 2.25, 'median': 2.375, 'max': 2.5,
                   'cpu_count': [2]}
   text = study_rotary_report.load_sentence({'load_during': load})
   assert text == (' The 5-minute load average as each run ended was 2.25–2.50 (median 2.38) '
                   'on 2 cores, over 2 of the 3 runs (the others finished before the study '
                   'recorded it).')
-  assert study_rotary_report.load_sentence({'load_during': study_long.load_during({3: {}})}) == ''
+  assert study_rotary_report.load_sentence({'load_during': reporting.load_during([{}])}) == ''
 
 
 def test_the_1000_step_point_is_re_read_at_another_rate_beside_the_long_study(tmp_path):

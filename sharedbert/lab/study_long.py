@@ -39,6 +39,7 @@ import numpy as np
 from sharedbert.errors import UserError
 from sharedbert.metrics import stats
 from sharedbert.utils import jsonio
+from sharedbert.utils import reporting
 from sharedbert.utils import workers as workers_lib
 from sharedbert import train as train_lib
 from sharedbert.data import tokenizer as tokenizer_lib
@@ -254,11 +255,7 @@ def _train_one(cfg, run_dir_: str) -> dict:
   except train_lib.Diverged as e:
     summary = {'diverged': str(e), 'eval_loss': None, 'wall_s': round(time.time() - t0, 1)}
   summary.update(variant=str(cfg.model.attention), total_steps=int(cfg.total_steps),
-                 lr=float(cfg.optim.lr), seed=int(cfg.seed),
-                 # The machine's 1/5/15-minute load averages as the run ends: the 5-minute
-                 # one covers most of a run, so a study's wall time can say how busy it was.
-                 load_avg_at_end=[round(x, 2) for x in os.getloadavg()],
-                 cpu_count=os.cpu_count())
+                 lr=float(cfg.optim.lr), seed=int(cfg.seed), **reporting.machine_load())
   jsonio.write_json(os.path.join(run_dir_, study_plan.DONE_FILE), summary)
   return summary
 
@@ -580,23 +577,6 @@ def analyse(config, workdir: str) -> dict:
 def tokens_per_step(config) -> int:
   cfg = study_plan.pretrain_config(config, BASE)
   return int(cfg.data.batch_size * cfg.data.seq_len)
-
-
-def load_during(results: dict) -> dict:
-  """The 5-minute load average as each run ended, over the runs that recorded it.
-
-  Args:
-    results: {run: its study_done.json}.
-
-  Returns:
-    {'runs', 'of', 'min', 'median', 'max', 'cpu_count'}; the figures are None when no run
-    recorded a load (runs finished before it was recorded).
-  """
-  loads = [s['load_avg_at_end'][1] for s in results.values() if s.get('load_avg_at_end')]
-  cpus = sorted({s['cpu_count'] for s in results.values() if s.get('cpu_count')})
-  return {'runs': len(loads), 'of': len(results),
-          'min': min(loads) if loads else None, 'median': _median(loads),
-          'max': max(loads) if loads else None, 'cpu_count': cpus}
 
 
 def _median(values):

@@ -33,6 +33,7 @@ from sharedbert.lab import study_long
 from sharedbert.lab import study_plan
 from sharedbert.metrics import stats
 from sharedbert.utils import jsonio
+from sharedbert.utils import reporting
 
 LongRun = study_long.LongRun
 NO_INIT = study_long.NO_INIT
@@ -472,7 +473,7 @@ def analyse(config, workdir: str) -> dict:
   out['wall_s'] = round(sum(s.get('wall_s', 0.0) for s in trained.values()), 1)
   out['step_time_median_s'] = study_long._median([s.get('step_time_median')
                                                   for s in trained.values()])
-  out['load_during'] = study_long.load_during(trained)
+  out['load_during'] = reporting.load_during(trained.values())
   return out
 
 

@@ -1,4 +1,4 @@
-"""What the reports share: durations, percentages, markdown tables and figures.
+"""What the reports share: durations, percentages, markdown tables, figures and the load.
 
 Kept by hand rather than taken from a library: a markdown table is three lines of code
 (tabulate would be a dependency for them), and matplotlib is imported lazily here, in one
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import statistics
 
 from sharedbert.utils import jsonio
 
@@ -91,3 +93,33 @@ def save_figure(fig, path: str, dpi: int = 90) -> None:
   fig.savefig(buf, dpi=dpi, format='png')
   jsonio.write_text(path, buf.getvalue())
   pyplot().close(fig)
+
+
+def machine_load() -> dict:
+  """How busy the machine is now, for a run's record: the 1/5/15-minute load averages (the
+  5-minute one covers most of a study's run) and the core count.
+
+  Returns:
+    {'load_avg_at_end': [1m, 5m, 15m], 'cpu_count': n}.
+  """
+  return {'load_avg_at_end': [round(x, 2) for x in os.getloadavg()],
+          'cpu_count': os.cpu_count()}
+
+
+def load_during(records) -> dict:
+  """The 5-minute load average as each run ended, over the records that hold one.
+
+  Args:
+    records: run records (dicts), some with machine_load()'s keys.
+
+  Returns:
+    {'runs', 'of', 'min', 'median', 'max', 'cpu_count'}: the figures are None when no
+    record holds a load (runs that finished before it was recorded).
+  """
+  records = list(records)
+  loads = [r['load_avg_at_end'][1] for r in records if r.get('load_avg_at_end')]
+  return {'runs': len(loads), 'of': len(records),
+          'min': min(loads) if loads else None,
+          'median': statistics.median(loads) if loads else None,
+          'max': max(loads) if loads else None,
+          'cpu_count': sorted({r['cpu_count'] for r in records if r.get('cpu_count')})}
