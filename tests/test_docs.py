@@ -126,13 +126,11 @@ def test_committed_study_reports_are_rendered_from_their_summaries():
   figures = _figures(LONG, (study_long_report.HORIZON_PNG, study_long_report.CURVES_PNG))
   assert study_long_report.render(config, summary, figures) == _read(LONG, 'report.md'), (
       f'docs/study_cpu_long/report.md is stale: {REFRESH[LONG]}')
-  folders = [os.path.join(ROTARY, 'snapshot')] + (
-      [ROTARY] if os.path.exists(os.path.join(ROTARY, 'summary.json')) else [])
-  for folder in folders:
-    summary = jsonio.read_json(os.path.join(folder, 'summary.json'))
-    figures = _figures(folder, (study_rotary_report.ARMS_PNG,))
-    assert study_rotary_report.render(summary, figures) == _read(folder, 'report.md'), (
-        f'{os.path.relpath(folder, ROOT)}/report.md is stale: {REFRESH[ROTARY]}')
+  folder = _rotary_summary_folder()
+  summary = jsonio.read_json(os.path.join(folder, 'summary.json'))
+  figures = _figures(folder, (study_rotary_report.ARMS_PNG,))
+  assert study_rotary_report.render(summary, figures) == _read(folder, 'report.md'), (
+      f'{os.path.relpath(folder, ROOT)}/report.md is stale: {REFRESH[ROTARY]}')
 
 
 def _bullet(text: str, start: str, end: str) -> str:

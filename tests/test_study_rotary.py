@@ -250,6 +250,11 @@ def test_analysis_of_a_finished_study_against_hand_computed_figures(tmp_path):
   assert '`shared` − `standard` is +0.500 [' in text and 'and +0.195 [' in text
   assert 'H5 shared_qk - standard +0.300' in text and 'H7 shared - shared_qk +0.200' in text
   assert f'**In one paragraph.** {text}' in report and '\n' not in text
+  # A p value too small for three places says so instead of printing 0.000.
+  s['interaction']['rotary']['p'] = 1.3e-7
+  assert '(p < 0.001; power' in study_rotary_report.readme_sentence(s)
+  s['interaction']['rotary']['p'] = 0.0123
+  assert '(p = 0.012; power' in study_rotary_report.readme_sentence(s)
   # An arm whose sweep has not chosen a rate yet says so, not "at an edge".
   s['selection']['shared_qk'].update(chosen_lr=None, interior=False, bracketed=False)
   row = [r for r in study_rotary_report.selection_table(s) if r.startswith('| shared_qk |')]

@@ -20,6 +20,17 @@ def _interval(d: dict) -> str:
   return f'[{_num(d.get("ci_low"), sign=True)}, {_num(d.get("ci_high"), sign=True)}]'
 
 
+def _p(p) -> str:
+  """A p value to three places; below 0.001 it says so rather than printing 0.000."""
+  return '< 0.001' if p is not None and p < 0.001 else _num(p)
+
+
+def _p_clause(p) -> str:
+  """'= 0.012' or '< 0.001', to follow a 'p'."""
+  text = _p(p)
+  return text if text.startswith('<') else f'= {text}'
+
+
 def _seeds(d: dict) -> str:
   return f'{len(d.get("seeds") or [])} seeds'
 
@@ -54,7 +65,7 @@ def readme_sentence(summary: dict) -> str:
   text = (f'Rotary positions {_GAP_VERB[i["answer"]]} `shared`\'s gap (H1 {i["answer"]}): '
           f'(shared+rotary − standard+rotary) − (shared − standard) = '
           f'{_num(i["delta_nats"], sign=True)} {_interval(i)} nats over {_seeds(i)} '
-          f'(p = {_num(i["p"])}; power {_num(power, 2) if power is not None else "n/a"} '
+          f'(p {_p_clause(i["p"])}; power {_num(power, 2) if power is not None else "n/a"} '
           f'at 0.2 nats). `shared` − `standard` is {gap("shared")} with learned positions '
           f'and {gap("shared+rotary")} with rotary.')
   parts = []
@@ -88,7 +99,7 @@ def headline(summary: dict) -> list[str]:
     lines.append(
         f'**H1 (headline): {i["answer"]}.** The interaction (shared+rotary − standard+rotary)'
         f' − (shared − standard) is {_num(i["delta_nats"], sign=True)} {_interval(i)} nats '
-        f'over {_seeds(i)} (p = {_num(i["p"])}); the design\'s power to find 0.2 nats at '
+        f'over {_seeds(i)} (p {_p_clause(i["p"])}); the design\'s power to find 0.2 nats at '
         f'the spread measured here is {_num(power, 2) if power is not None else "n/a"}.')
   lines += ['', '| # | contrast | predicted | difference (nats) | Holm p | verdict | answer |',
             '|---|---|---|---|---|---|---|']
@@ -99,7 +110,7 @@ def headline(summary: dict) -> list[str]:
       continue
     lines.append(f'| {h["id"]} | {h["contrast"]} | {h["predicted"]} | '
                  f'{_num(e["delta_nats"], sign=True)} {_interval(e)} ({_seeds(e)}) | '
-                 f'{_num(e["p_diff_holm"])} | {e["verdict"]} | {e["answer"]} |')
+                 f'{_p(e["p_diff_holm"])} | {e["verdict"]} | {e["answer"]} |')
   lines += ['', 'H2–H7 are one Holm family at 0.05; H1 is judged alone. A verdict is '
             '"equivalent" when the Holm-adjusted TOST at ±'
             f'{summary["margin_nats"]} nats passes, "better"/"worse" when the Holm-adjusted '
